@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds the Molecule test-host image llmops-test/debian12: Debian 12 with systemd as PID 1 and python3,
+# made with debootstrap and `docker import` (no registry, nothing pulled). The Debian mirror is read from
+# this machine's own apt configuration, never written into the repository.
+#
+# The image is tagged with a hash of this recipe; when an image with that hash exists, nothing is built.
+#   tests/images/build.sh            # build if needed, tag :latest
+#   FORCE=1 tests/images/build.sh    # rebuild
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=llmops-test/debian12
+suite=bookworm
+packages=(
+  systemd systemd-sysv dbus python3 python3-apt sudo ca-certificates procps iproute2 curl gnupg
+  apt-transport-https lsb-release kmod
+)
+recipe_hash=$( { cat "$0"; printf '%s\n' "${packages[@]}"; } | sha256sum | cut -c1-16)
+
+if [ -z "${FORCE:-}" ] && docker image inspect "$repo:$recipe_hash" >/dev/null 2>&1; then
+  docker tag "$repo:$recipe_hash" "$repo:latest"
+  echo "image $repo:$recipe_hash is up to date"
+  exit 0
+fi
+
+mirror_from_apt_sources() {
+  # deb822 sources first (Debian 12 default), then one-line sources.list entries.
+  local f uri
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    uri=$(awk '/^URIs:/{u=$2} /^Suites:/{ if ($0 ~ /bookworm( |$)/ && u !~ /security/) {print u; exit} }' "$f")
+    [ -n "$uri" ] && { echo "$uri"; return; }
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    uri=$(awk '$1=="deb" && $0 !~ /security/ && $0 ~ / main/ {for(i=2;i<=NF;i++) if ($i ~ /^https?:/) {print $i; exit}}' "$f")
+    [ -n "$uri" ] && { echo "$uri"; return; }
+  done
+}
+
+mirror=${DEBIAN_MIRROR:-$(mirror_from_apt_sources)}
+if [ -z "$mirror" ]; then
+  echo "No Debian mirror found in /etc/apt/sources.list*; set DEBIAN_MIRROR=http://your-mirror/debian" >&2
+  exit 1
+fi
+command -v debootstrap >/dev/null || { echo "debootstrap is missing: apt-get install debootstrap" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/llmops-rootfs.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+rootfs="$work/rootfs"
+echo "debootstrap $suite from $mirror (recipe $recipe_hash)"
+debootstrap --variant=minbase --include="$(IFS=,; echo "${packages[*]}")" \
+  "$suite" "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 || { tail -30 "$work/debootstrap.log"; exit 1; }
+
+# Units that make no sense in a container (consoles, kernel, hardware) would fail or hang at boot.
+for unit in getty.target console-getty.service systemd-udevd.service systemd-udev-trigger.service \
+            systemd-modules-load.service sys-kernel-config.mount sys-kernel-debug.mount \
+            systemd-firstboot.service systemd-remount-fs.service; do
+  ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
+done
+echo "llmops-test" >"$rootfs/etc/hostname"
+: >"$rootfs/etc/machine-id"
+rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb
+
+tar -C "$rootfs" --numeric-owner -c . | docker import --change 'CMD ["/sbin/init"]' - "$repo:rootfs-$recipe_hash" >/dev/null
+printf 'FROM %s\nLABEL org.llmops.recipe=%s\nENV container=docker\nSTOPSIGNAL SIGRTMIN+3\nCMD ["/sbin/init"]\n' \
+  "$repo:rootfs-$recipe_hash" "$recipe_hash" | docker build -q -t "$repo:$recipe_hash" - >/dev/null
+docker rmi "$repo:rootfs-$recipe_hash" >/dev/null
+docker tag "$repo:$recipe_hash" "$repo:latest"
+echo "built $repo:$recipe_hash"

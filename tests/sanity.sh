@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# ansible-test sanity needs the collection at .../ansible_collections/llmops/serving (a real path, not a
+# symlink), so it runs on a copy of the files that ship (galaxy.yml, meta/, plugins/, roles/).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+work="$root/.cache/sanity/ansible_collections/llmops/serving"
+rm -rf "$work" && mkdir -p "$work"
+cp -a "$root/galaxy.yml" "$root/meta" "$root/plugins" "$root/roles" "$root/README.md" "$work/"
+find "$work" -name __pycache__ -prune -exec rm -rf {} +
+cd "$work"
+git init -q . && git add -A >/dev/null
+# validate-modules: DOCUMENTATION/EXAMPLES/RETURN match the argument spec; the others are style rules.
+ansible-test sanity --python "$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
+  --test validate-modules --test compile --test pep8 --test pylint --test yamllint \
+  --test action-plugin-docs --test import --test empty-init --test no-assert --test no-get-exception \
+  --test shebang --test use-argspec-type-path --test symlinks --test line-endings \
+  --color no "$@"
