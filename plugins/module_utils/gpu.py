@@ -9,6 +9,8 @@ directly). The module file only maps options to `collect()` and `evaluate()`.
 
 from __future__ import absolute_import, division, print_function
 
+__metaclass__ = type
+
 import os
 import re
 import signal
@@ -118,14 +120,16 @@ COMPUTE_CAP_BY_NAME = (
     (r"\bV100", "7.0"),
 )
 
-NA_VALUES = ("", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "[Insufficient Permissions]",
-             "[GPU is lost]", "[Requested functionality has been deprecated]", "[Not Found]")
+NA_VALUES = ("", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]",
+             "[Insufficient Permissions]", "[GPU is lost]", "[Requested functionality has been deprecated]",
+             "[Not Found]")
 
 _LOST_RE = re.compile(
-    r"Unable to determine the device handle for (?:GPU|gpu) ?(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])"
-    r"\s*:\s*(?P<why>.*)")
+    r"Unable to determine the device handle for (?:GPU|gpu) ?"
+    r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*:\s*(?P<why>.*)")
 _INVALID_FIELD_RE = re.compile(r'Field "(?P<field>[^"]+)" is not a valid field to query')
-_BANNER_RE = re.compile(r"Driver Version:\s*(?P<driver>[0-9][0-9.]*)\s+CUDA Version:\s*(?P<cuda>[0-9][0-9.]*|N/A)")
+_BANNER_RE = re.compile(
+    r"Driver Version:\s*(?P<driver>[0-9][0-9.]*)\s+CUDA Version:\s*(?P<cuda>[0-9][0-9.]*|N/A)")
 _Q_DRIVER_RE = re.compile(r"^\s*Driver Version\s*:\s*(?P<v>\S+)\s*$", re.M)
 _Q_CUDA_RE = re.compile(r"^\s*CUDA Version\s*:\s*(?P<v>\S+)\s*$", re.M)
 _NVML_LIB_RE = re.compile(r"NVML library version:\s*(?P<v>[0-9][0-9.]*)")
@@ -283,10 +287,10 @@ def classify_failure(rc, text):
             "nvidia-smi said: %s" % (lib_txt, first)))
     if "couldn't communicate with the NVIDIA driver" in text or "Driver Not Loaded" in text:
         return GpuError(NO_DRIVER, (
-            "nvidia-smi is installed but the NVIDIA kernel driver is not loaded: check `lsmod | grep nvidia`, "
-            "`dmesg | grep -i nvrm`, that the driver was built for the running kernel (DKMS) and that "
-            "Secure Boot is not blocking the module; then load it (modprobe nvidia) or reinstall the "
-            "driver. nvidia-smi said: %s" % first))
+            "nvidia-smi is installed but the NVIDIA kernel driver is not loaded: check "
+            "`lsmod | grep nvidia`, `dmesg | grep -i nvrm`, that the driver was built for the running "
+            "kernel (DKMS) and that Secure Boot is not blocking the module; then load it (modprobe nvidia) "
+            "or reinstall the driver. nvidia-smi said: %s" % first))
     if "No devices were found" in text:
         return GpuError(NO_DEVICES, (
             "nvidia-smi found no NVIDIA GPU: the driver is loaded but sees no device. Check "
@@ -329,12 +333,13 @@ def parse_query(text, fields, header=None):
         if lineno == 0 and (header or (header is None and cells and cells[0].split(" [")[0] == fields[0])):
             names = [c.split(" [")[0] for c in cells]
             if names != list(fields):
-                raise ValueError("nvidia-smi header %r does not match the query %r" % (line, ",".join(fields)))
+                raise ValueError("nvidia-smi header %r does not match the query %r"
+                                 % (line, ",".join(fields)))
             continue
         if len(cells) != len(fields):
             raise ValueError("nvidia-smi returned %d values for %d fields in line %r"
                              % (len(cells), len(fields), line))
-        rows.append(dict(zip(fields, cells)))
+        rows.append(dict((f, cells[i]) for i, f in enumerate(fields)))
     return rows
 
 
@@ -399,7 +404,8 @@ def find_nvidia_smi(explicit=None, env_path=None, extra_dirs=("/usr/bin", "/usr/
             return explicit
         raise GpuError(FAILED, "nvidia_smi_path %s is not an executable file; fix the path or leave it "
                                "unset to look nvidia-smi up in PATH" % explicit)
-    dirs = [d for d in (env_path if env_path is not None else os.environ.get("PATH", "")).split(os.pathsep) if d]
+    search = env_path if env_path is not None else os.environ.get("PATH", "")
+    dirs = [d for d in search.split(os.pathsep) if d]
     for d in list(dirs) + list(extra_dirs):
         cand = os.path.join(d, "nvidia-smi")
         if os.path.isfile(cand) and os.access(cand, os.X_OK):
@@ -446,7 +452,7 @@ class NvidiaSmi(object):
         try:
             rc, out, err, timed_out = self.runner(argv, self.timeout)
         except OSError as exc:
-            raise GpuError(FAILED, "could not run %s: %s" % (self.path, exc))
+            raise GpuError(FAILED, "could not run %s: %s" % (self.path, exc)) from exc
         if timed_out:
             raise GpuError(TIMEOUT, (
                 "`%s` did not answer within %s s and was killed. A hanging nvidia-smi means the driver is "
@@ -480,7 +486,7 @@ def query_gpus(smi):
         try:
             rows = parse_query(out, fields, header=False)
         except ValueError as exc:
-            raise GpuError(FAILED, "could not parse nvidia-smi output: %s" % exc)
+            raise GpuError(FAILED, "could not parse nvidia-smi output: %s" % exc) from exc
         if lost and not rows:
             raise lost_error(lost, [])
         return rows, lost
@@ -523,13 +529,13 @@ def build_facts(gpus, driver_version="", cuda_version="", error=None):
 
 
 def collect(nvidia_smi_path=None, timeout=15, runner=run_command, env_path=None,
-            proc_version_path="/proc/driver/nvidia/version"):
+            extra_dirs=("/usr/bin", "/usr/local/bin"), proc_version_path="/proc/driver/nvidia/version"):
     """Read the GPUs. Returns (facts, error_kind); facts follow the llmops_gpus contract.
 
     Never raises for node problems: they land in facts['error'] with error_kind set.
     Raises GpuError only for a wrong nvidia_smi_path (a configuration error).
     """
-    path = find_nvidia_smi(nvidia_smi_path, env_path=env_path)
+    path = find_nvidia_smi(nvidia_smi_path, env_path=env_path, extra_dirs=extra_dirs)
     if path is None:
         return empty_facts(
             "nvidia-smi not found in PATH or /usr/bin: the NVIDIA driver is not installed on this host "
@@ -556,13 +562,13 @@ def collect(nvidia_smi_path=None, timeout=15, runner=run_command, env_path=None,
 
     driver = gpus[0]["driver_version"] if gpus else ""
     cuda = ""
-    if gpus and kind != LOST:
-        # The CUDA version the driver supports is only printed by the banner and by -q.
+    if gpus:
+        # The CUDA version the driver supports is printed by --version (R525+), the banner and -q.
         for args, parser in ((["--version"], parse_q), ([], parse_banner), (["-q"], parse_q)):
             try:
                 rc, out, err = smi.run(args)
             except GpuError as exc:
-                error, kind = exc.message, exc.kind
+                error, kind = error or exc.message, kind or exc.kind
                 break
             if rc != 0:
                 continue
@@ -648,13 +654,18 @@ def evaluate(facts, require_arch=None, min_driver_version=None, require_cuda=Non
             failures.append("no usable NVIDIA GPU to check: %s" % (facts["error"] or "none found"))
         return [], failures
 
+    if facts["error"] and checks_wanted:
+        # Some GPUs answered but not all (one fell off the bus, or a later call hung): do not pass a check
+        # on a node with a broken GPU.
+        failures.append("not every GPU is healthy: %s" % facts["error"])
+
     selected, errors = select_devices(facts["gpus"], devices)
     failures.extend(errors)
 
     for gpu in selected:
         if arch_specs:
             cap = gpu["compute_cap"]
-            wanted = " or ".join(("%s%s" % (">=" if op == ">=" else "", _cap_text(c))) for op, c in arch_specs)
+            wanted = " or ".join((">=" if op == ">=" else "") + _cap_text(c) for op, c in arch_specs)
             if not cap:
                 failures.append(
                     "%s: compute capability unknown (the driver does not report it and the product is not in "

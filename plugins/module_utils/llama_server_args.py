@@ -65,8 +65,9 @@ FLAGS = OrderedDict([
     ("api_key_file", _f("--api-key-file", help_text="managed by the role from llama_server_api_keys")),
     # --- context and offload -------------------------------------------------------------------------
     ("ctx_size", _f("--ctx-size", aliases=("-c",))),
-    ("n_gpu_layers", _f("--n-gpu-layers", aliases=("-ngl", "--gpu-layers"))),
-    ("split_mode", _f("--split-mode", "choice", aliases=("-sm",), choices=("none", "layer", "row", "tensor"))),
+    ("n_gpu_layers", _f("--gpu-layers", aliases=("-ngl", "--n-gpu-layers"))),
+    ("split_mode", _f("--split-mode", "choice", aliases=("-sm",),
+                      choices=("none", "layer", "row", "tensor"))),
     ("tensor_split", _f("--tensor-split", "csv", aliases=("-ts",))),
     ("main_gpu", _f("--main-gpu", aliases=("-mg",),
                     help_text="a PHYSICAL GPU of the instance; the argv gets its position in the GPU list")),
@@ -109,7 +110,7 @@ FLAGS = OrderedDict([
     # --- server ----------------------------------------------------------------------------------------
     ("metrics", _f("--metrics", "switch")),
     ("slots", _f("--slots", "bool", negative="--no-slots")),
-    ("webui", _f("--webui", "bool", aliases=("--ui",), negative="--no-webui")),
+    ("webui", _f("--ui", "bool", aliases=("--webui", "--no-webui"), negative="--no-ui")),
     ("timeout", _f("--timeout", aliases=("-to",))),
     ("threads", _f("--threads", aliases=("-t",))),
     ("threads_batch", _f("--threads-batch", aliases=("-tb",))),
@@ -165,15 +166,24 @@ def _scalar(key, value):
     if isinstance(value, bool):
         raise LlamaServerArgsError("setting %s: expected a number or string, got %r" % (key, value))
     if isinstance(value, float):
-        text = repr(value)
-        return text[:-2] if text.endswith(".0") else text
+        return repr(value)
     if _is_number(value):
         return str(value)
     if isinstance(value, str):
         if value == "":
             raise LlamaServerArgsError("setting %s is empty: remove it or give a value" % key)
         return value
-    raise LlamaServerArgsError("setting %s: expected a number or string, got %s" % (key, type(value).__name__))
+    raise LlamaServerArgsError("setting %s: expected a number or string, got %s"
+                               % (key, type(value).__name__))
+
+
+def _json_setting(key, text):
+    error = None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        error = str(exc)
+    raise LlamaServerArgsError("setting %s is not valid JSON: %s" % (key, error))
 
 
 def _onoff(key, value):
@@ -223,10 +233,7 @@ def _fold_template_kwargs(settings):
     if kwargs is None:
         return settings
     if isinstance(kwargs, str):
-        try:
-            kwargs = json.loads(kwargs)
-        except ValueError as exc:
-            raise LlamaServerArgsError("setting chat_template_kwargs is not valid JSON: %s" % exc)
+        kwargs = _json_setting("chat_template_kwargs", kwargs)
     if not isinstance(kwargs, dict):
         raise LlamaServerArgsError("setting chat_template_kwargs must be a mapping (JSON object)")
     settings = dict(settings)
@@ -296,10 +303,7 @@ def flag_args(key, value):
         return [spec["flag"], _scalar(key, value)]
     if kind == "json":
         if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError as exc:
-                raise LlamaServerArgsError("setting %s is not valid JSON: %s" % (key, exc))
+            value = _json_setting(key, value)
         return [spec["flag"], json.dumps(value, separators=(",", ":"), sort_keys=True)]
     return [spec["flag"], _scalar(key, value)]
 
@@ -338,8 +342,9 @@ def check_extra_args(extra_args):
         name = arg.split("=", 1)[0]
         if name in SECRET_FLAGS:
             raise LlamaServerArgsError(
-                "extra_args contains %s: secrets never go on a command line (ps, the unit). Put the API key in "
-                "llama_server_api_keys (Ansible Vault / AWX credential); the role passes --api-key-file" % name)
+                "extra_args contains %s: secrets never go on a command line (ps, the unit). Put the API key "
+                "in llama_server_api_keys (Ansible Vault / AWX credential); the role passes --api-key-file"
+                % name)
         if name in REMOVED_FLAGS:
             raise LlamaServerArgsError("extra_args contains %s, which the pinned llama-server removed; use %s"
                                        % (name, REMOVED_FLAGS[name]))
@@ -351,6 +356,29 @@ def check_extra_args(extra_args):
                                        % (name, managed[name]))
         out.append(arg)
     return out
+
+
+def spec_types(settings):
+    value = settings.get("spec_type")
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value]
+    return [v.strip() for v in str(value).split(",") if v.strip()]
+
+
+def _follow_draft_cache_types(settings):
+    """A draft context (draft-mtp, draft-simple, ...) gets the main KV cache types unless set.
+
+    The pinned llama-server gives the draft context its own cache types (default f16); with a 256K context
+    an f16 MTP cache next to a q8_0 main cache would cost twice the memory the seed line planned for.
+    """
+    if not any(t.startswith("draft-") for t in spec_types(settings)):
+        return
+    for main, draft in (("cache_type_k", "spec_draft_cache_type_k"),
+                        ("cache_type_v", "spec_draft_cache_type_v")):
+        if settings.get(main) is not None and settings.get(draft) is None:
+            settings[draft] = settings[main]
 
 
 def build_argv(settings, model=None, host=None, port=None, api_key_file=None, extra_args=None,
@@ -365,6 +393,7 @@ def build_argv(settings, model=None, host=None, port=None, api_key_file=None, ex
     managed = {"model": model, "host": host, "port": port, "api_key_file": api_key_file}
     if settings.get("main_gpu") is not None:
         settings["main_gpu"] = relative_main_gpu(settings["main_gpu"], gpus)
+    _follow_draft_cache_types(settings)
     split = settings.get("tensor_split")
     if isinstance(split, (list, tuple)) and gpus and len(split) != len(gpus):
         raise LlamaServerArgsError("tensor_split has %d entries but the instance owns %d GPUs (%s)"
@@ -472,8 +501,8 @@ def resolve_model(model, models_fact, instance="instance"):
     if str(model).startswith("/"):
         return str(model), None
     raise LlamaServerArgsError(
-        "%s: model %r is neither a model of llmops_models (%s) nor an absolute path; run the model role first "
-        "or give the GGUF path" % (instance, model, ", ".join(sorted(models_fact)) or "empty"))
+        "%s: model %r is neither a model of llmops_models (%s) nor an absolute path; run the model role "
+        "first or give the GGUF path" % (instance, model, ", ".join(sorted(models_fact)) or "empty"))
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -507,7 +536,7 @@ def plan_instances(instances, defaults=None, llama_cpp=None, models=None, gpus=N
             raise LlamaServerArgsError("instance name %s is used twice" % name)
         names.add(name)
         unknown = set(raw) - set(("name", "model", "gpus", "host", "port", "settings", "extra_args", "env",
-                                  "mode", "state"))
+                                  "mode"))
         if unknown:
             raise LlamaServerArgsError("instance %s: unknown field(s) %s; engine options go under settings "
                                        "or extra_args" % (name, ", ".join(sorted(unknown))))
@@ -544,7 +573,7 @@ def plan_instances(instances, defaults=None, llama_cpp=None, models=None, gpus=N
         argv_key = key_file if mode == "host" or not key_file else CONTAINER_KEY_FILE
         argv = build_argv(settings, model=argv_model, host=host, port=port, api_key_file=argv_key,
                           extra_args=raw.get("extra_args"), gpus=gpu_list)
-        env = OrderedDict()
+        env = {}
         if mode == "host" and gpu_list:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_list)
         for key, value in sorted((raw.get("env") or {}).items()):
@@ -552,7 +581,7 @@ def plan_instances(instances, defaults=None, llama_cpp=None, models=None, gpus=N
                 raise LlamaServerArgsError("instance %s: %s comes from its gpus list; do not set it in env"
                                            % (name, key))
             env[str(key)] = str(value)
-        plan = OrderedDict([
+        plan = dict([
             ("name", name),
             ("unit", "%s%s.service" % (unit_prefix, name)),
             ("mode", mode),
@@ -569,7 +598,6 @@ def plan_instances(instances, defaults=None, llama_cpp=None, models=None, gpus=N
             ("argv", argv),
             ("env", env),
             ("build_id", llama_cpp.get("build_id")),
-            ("state", raw.get("state") or "present"),
         ])
         if mode == "host":
             binary = binary_override or llama_cpp.get("binary")
@@ -580,6 +608,7 @@ def plan_instances(instances, defaults=None, llama_cpp=None, models=None, gpus=N
             plan["binary"] = binary
             plan["container_name"] = None
             plan["image"] = None
+            plan["container_entrypoint"] = None
         else:
             image = image_override or llama_cpp.get("image")
             if not image:
@@ -588,6 +617,8 @@ def plan_instances(instances, defaults=None, llama_cpp=None, models=None, gpus=N
                     "llmops_llama_cpp.image) or set llama_server_image" % name)
             plan["binary"] = None
             plan["image"] = image
+            # llama_cpp's container builds record where llama-server lives inside the image
+            plan["container_entrypoint"] = llama_cpp.get("binary") if not image_override else None
             plan["container_name"] = "%s%s" % (unit_prefix, name)
         plans.append(plan)
     return plans
@@ -596,8 +627,10 @@ def plan_instances(instances, defaults=None, llama_cpp=None, models=None, gpus=N
 def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
     """argv of `docker run` for a container-mode instance (only its GPUs; model dir and key read-only).
 
-    `entrypoint` overrides the image's own (upstream llama.cpp server images: /app/llama-server).
+    `entrypoint`: llama-server's path inside the image; default the plan's (llmops_llama_cpp.binary of a
+    container build), else the image's own ENTRYPOINT (upstream llama.cpp server images).
     """
+    entrypoint = entrypoint or plan.get("container_entrypoint")
     args = [docker, "run", "--rm", "--name", plan["container_name"], "--network", "host", "--init"]
     if plan["gpus"]:
         # docker parses --gpus as CSV: the quotes keep "device=2,3" one field.

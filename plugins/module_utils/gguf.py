@@ -1,0 +1,857 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""GGUF structure check and model summary for llmops.serving.gguf_info.
+
+Reads ONLY the header, the key/value metadata and the tensor table of a GGUF file (never tensor data), with
+every read bounded by hard limits and by the file size, and checks the structure the way llama.cpp's
+gguf.cpp does: magic, version 2/3, counts, string/array lengths, value and tensor types, dimensions,
+alignment, tensor offsets (in order, aligned, no overlap, no gap) and that the data section ends exactly
+where the file ends (a truncated download is caught without hashing). Anything wrong raises GGUFError with
+what is wrong and the byte offset where it was found; crafted files never crash, hang or allocate much.
+
+Plain Python 3.6, standard library only, importable without Ansible.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import json
+import os
+import re
+import struct
+import time
+
+from ansible_collections.llmops.serving.plugins.module_utils.download import (
+    SIDECAR_VERSION,
+    hash_file,
+    sidecar_matches_file,
+    sidecar_path,
+)
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+GGML_MAX_NAME = 64        # llama.cpp: tensor names must be shorter than this
+INT64_MAX = (1 << 63) - 1
+
+# Hard limits, all configurable. llama.cpp's own caps are far higher (1 GiB strings, 2^30 elements); these
+# are sane for real models: a 671B MoE has < 2000 tensors and ~60 keys; a 256k vocab is < 2^18 tokens.
+DEFAULT_LIMITS = {
+    "max_tensors": 65536,
+    "max_kv": 65536,
+    "max_string_bytes": 16 * 1024 * 1024,
+    "max_array_elements": 16 * 1024 * 1024,
+    "max_dims": 4,
+}
+
+# GGUF metadata value types: id -> (name, struct format or None).
+T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32, T_BOOL = 0, 1, 2, 3, 4, 5, 6, 7
+T_STRING, T_ARRAY, T_UINT64, T_INT64, T_FLOAT64 = 8, 9, 10, 11, 12
+VALUE_TYPES = {
+    T_UINT8: ("uint8", "<B"), T_INT8: ("int8", "<b"), T_UINT16: ("uint16", "<H"), T_INT16: ("int16", "<h"),
+    T_UINT32: ("uint32", "<I"), T_INT32: ("int32", "<i"), T_FLOAT32: ("float32", "<f"),
+    T_BOOL: ("bool", "<B"),
+    T_STRING: ("string", None), T_ARRAY: ("array", None),
+    T_UINT64: ("uint64", "<Q"), T_INT64: ("int64", "<q"), T_FLOAT64: ("float64", "<d"),
+}
+INTEGER_TYPES = (T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_UINT64, T_INT64)
+
+# ggml tensor types: id -> (name, block size in elements, bytes per block). Ids missing here were removed
+# from ggml (Q4_2, Q4_3, the Q4_0_4_4 repacks...) and are invalid in files. Source: ggml/include/ggml.h and
+# gguf-py GGML_QUANT_SIZES of the pinned llama.cpp.
+GGML_TYPES = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292), 16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56), 30: ("BF16", 1, 2),
+    34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17), 40: ("NVFP4", 64, 36),
+    41: ("Q1_0", 128, 18), 42: ("Q2_0", 64, 18),
+}
+
+# general.file_type (llama_ftype in include/llama.h) -> name.
+FILE_TYPES = {
+    0: "ALL_F32", 1: "MOSTLY_F16", 2: "MOSTLY_Q4_0", 3: "MOSTLY_Q4_1", 4: "MOSTLY_Q4_1_SOME_F16",
+    7: "MOSTLY_Q8_0", 8: "MOSTLY_Q5_0", 9: "MOSTLY_Q5_1", 10: "MOSTLY_Q2_K", 11: "MOSTLY_Q3_K_S",
+    12: "MOSTLY_Q3_K_M", 13: "MOSTLY_Q3_K_L", 14: "MOSTLY_Q4_K_S", 15: "MOSTLY_Q4_K_M", 16: "MOSTLY_Q5_K_S",
+    17: "MOSTLY_Q5_K_M", 18: "MOSTLY_Q6_K", 19: "MOSTLY_IQ2_XXS", 20: "MOSTLY_IQ2_XS", 21: "MOSTLY_Q2_K_S",
+    22: "MOSTLY_IQ3_XS", 23: "MOSTLY_IQ3_XXS", 24: "MOSTLY_IQ1_S", 25: "MOSTLY_IQ4_NL", 26: "MOSTLY_IQ3_S",
+    27: "MOSTLY_IQ3_M", 28: "MOSTLY_IQ2_S", 29: "MOSTLY_IQ2_M", 30: "MOSTLY_IQ4_XS", 31: "MOSTLY_IQ1_M",
+    32: "MOSTLY_BF16", 36: "MOSTLY_TQ1_0", 37: "MOSTLY_TQ2_0", 38: "MOSTLY_MXFP4_MOE", 39: "MOSTLY_NVFP4",
+    40: "MOSTLY_Q1_0", 41: "MOSTLY_Q2_0", 1024: "GUESSED",
+}
+
+# Hybrid architectures whose layout follows {arch}.full_attention_interval (default 4 in llama.cpp).
+INTERVAL_HYBRIDS = ("qwen3next", "qwen35", "qwen35moe")
+
+SPLIT_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+# Values kept whole in the parsed key/values; longer arrays keep only a head (tokens, merges, scores).
+KEEP_NUMERIC_ARRAY = 4096
+KEEP_STRING_ARRAY = 64
+ARRAY_HEAD = 8
+
+READ_CHUNK = 1024 * 1024
+
+
+class GGUFError(Exception):
+    """The file is not a well-formed GGUF model file. `offset` is the byte where the problem is."""
+
+    def __init__(self, message, offset=None, path=None):
+        self.message = message
+        self.offset = offset
+        self.path = path
+        Exception.__init__(self, self._text())
+
+    def _text(self):
+        text = self.message
+        if self.offset is not None:
+            text = "%s (at byte offset %d)" % (text, self.offset)
+        if self.path:
+            text = "%s: %s" % (self.path, text)
+        return text
+
+    def __str__(self):
+        return self._text()
+
+
+class GGUFArray(object):
+    """A metadata array: element type, element count, the values (or the first few when long)."""
+
+    def __init__(self, element_type, count, values, complete):
+        self.element_type = element_type
+        self.count = count
+        self.values = values
+        self.complete = complete
+
+    def summary(self):
+        out = {"type": "array", "element_type": VALUE_TYPES[self.element_type][0], "count": self.count}
+        if self.complete and self.count <= KEEP_STRING_ARRAY:
+            out["values"] = list(self.values)
+        else:
+            out["head"] = list(self.values[:ARRAY_HEAD])
+        return out
+
+    def __repr__(self):
+        return "GGUFArray(%s, %d)" % (VALUE_TYPES[self.element_type][0], self.count)
+
+
+class _Reader(object):
+    """Bounded, buffered sequential reader. Never reads past file_size, never buffers more than it needs."""
+
+    def __init__(self, fileobj, file_size, limits):
+        self.f = fileobj
+        self.size = file_size
+        self.limits = limits
+        self.pos = 0
+        self.buf = b""
+        self.buf_start = 0
+
+    def _need(self, n, what):
+        if self.pos + n > self.size:
+            raise GGUFError(
+                "unexpected end of file reading %s: need %d bytes, only %d left of %d (truncated file?)"
+                % (what, n, self.size - self.pos, self.size), self.pos)
+        rel = self.pos - self.buf_start
+        if rel >= 0 and rel + n <= len(self.buf):
+            return rel
+        want = min(max(n, READ_CHUNK), self.size - self.pos)
+        self.f.seek(self.pos)
+        data = self.f.read(want)
+        if len(data) < n:
+            raise GGUFError("short read of %s: file shrank while reading" % what, self.pos)
+        self.buf = data
+        self.buf_start = self.pos
+        return 0
+
+    def unpack(self, fmt, size, what):
+        rel = self._need(size, what)
+        value = struct.unpack_from(fmt, self.buf, rel)[0]
+        self.pos += size
+        return value
+
+    def u32(self, what):
+        return self.unpack("<I", 4, what)
+
+    def u64(self, what):
+        return self.unpack("<Q", 8, what)
+
+    def raw(self, n, what):
+        rel = self._need(n, what)
+        self.pos += n
+        return self.buf[rel:rel + n]
+
+    def skip(self, n, what):
+        if self.pos + n > self.size:
+            raise GGUFError(
+                "unexpected end of file skipping %s: need %d bytes, only %d left of %d (truncated file?)"
+                % (what, n, self.size - self.pos, self.size), self.pos)
+        self.pos += n
+
+    def string_length(self, what):
+        start = self.pos
+        n = self.u64("length of " + what)
+        if n > self.limits["max_string_bytes"]:
+            raise GGUFError("%s is %d bytes long, over the limit of %d bytes"
+                            % (what, n, self.limits["max_string_bytes"]), start)
+        if self.pos + n > self.size:
+            raise GGUFError("%s is %d bytes long but only %d bytes are left in the file (truncated file?)"
+                            % (what, n, self.size - self.pos), start)
+        return n
+
+    def string(self, what, keep=True):
+        n = self.string_length(what)
+        if not keep:
+            self.pos += n
+            return None
+        data = self.raw(n, what)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data.decode("utf-8", "replace")
+
+    def skip_strings(self, count, what):
+        """Skip `count` length-prefixed strings quickly (token and merge lists are ~10^5 of them)."""
+        max_len = self.limits["max_string_bytes"]
+        unpack_from = struct.unpack_from
+        i = 0
+        while i < count:
+            rel = self._need(8, "length of %s element %d" % (what, i))
+            buf = self.buf
+            end = len(buf)
+            pos = self.pos
+            while i < count and rel + 8 <= end:
+                n = unpack_from("<Q", buf, rel)[0]
+                if n > max_len:
+                    raise GGUFError("%s element %d is %d bytes long, over the limit of %d bytes"
+                                    % (what, i, n, max_len), pos)
+                if pos + 8 + n > self.size:
+                    raise GGUFError("%s element %d is %d bytes long but only %d bytes are left in the file "
+                                    "(truncated file?)" % (what, i, n, self.size - pos - 8), pos)
+                rel += 8 + n
+                pos += 8 + n
+                i += 1
+            self.pos = pos
+
+
+def _check_limits(limits):
+    out = dict(DEFAULT_LIMITS)
+    for key, value in (limits or {}).items():
+        if key not in DEFAULT_LIMITS:
+            raise ValueError("unknown GGUF limit %r (known: %s)" % (key, ", ".join(sorted(DEFAULT_LIMITS))))
+        if value is None:
+            continue
+        if not isinstance(value, int) or value < 1:
+            raise ValueError("GGUF limit %s must be a positive integer, got %r" % (key, value))
+        out[key] = value
+    return out
+
+
+def _read_value(r, vtype, key, keep_strings):
+    if vtype == T_STRING:
+        return r.string("string value of key %r" % key, keep=keep_strings)
+    fmt = VALUE_TYPES[vtype][1]
+    size = struct.calcsize(fmt)
+    value = r.unpack(fmt, size, "value of key %r" % key)
+    if vtype == T_BOOL:
+        return bool(value)
+    return value
+
+
+def _read_array(r, key):
+    start = r.pos
+    etype = r.u32("element type of array %r" % key)
+    if etype not in VALUE_TYPES:
+        raise GGUFError("array %r has invalid element type %d" % (key, etype), start)
+    if etype == T_ARRAY:
+        raise GGUFError("array %r contains arrays: nested arrays are not supported by llama.cpp" % key, start)
+    count_at = r.pos
+    count = r.u64("element count of array %r" % key)
+    if count > r.limits["max_array_elements"]:
+        raise GGUFError("array %r has %d elements, over the limit of %d"
+                        % (key, count, r.limits["max_array_elements"]), count_at)
+    min_size = 8 if etype == T_STRING else struct.calcsize(VALUE_TYPES[etype][1])
+    if count * min_size > r.size - r.pos:
+        raise GGUFError("array %r claims %d elements (at least %d bytes) but only %d bytes are left in the "
+                        "file (truncated file?)" % (key, count, count * min_size, r.size - r.pos), count_at)
+    if etype == T_STRING:
+        keep = count if count <= KEEP_STRING_ARRAY else ARRAY_HEAD
+        values = [r.string("element %d of array %r" % (i, key)) for i in range(keep)]
+        r.skip_strings(count - keep, "array %r" % key)
+        return GGUFArray(etype, count, values, keep == count)
+    fmt = VALUE_TYPES[etype][1]
+    keep = count if count <= KEEP_NUMERIC_ARRAY else ARRAY_HEAD
+    data = r.raw(keep * min_size, "array %r" % key)
+    values = list(struct.unpack("<%d%s" % (keep, fmt[1]), data))
+    if etype == T_BOOL:
+        values = [bool(v) for v in values]
+    r.skip((count - keep) * min_size, "array %r" % key)
+    return GGUFArray(etype, count, values, keep == count)
+
+
+def _pad(n, alignment):
+    return (n + alignment - 1) // alignment * alignment
+
+
+def read_structure(path, limits=None):
+    """Parse and check a GGUF file's header, metadata and tensor table. Returns a dict:
+    version, kv (key -> (type id, value)), tensors (list of dicts), alignment, data_offset, file_size,
+    tensor_bytes (sum of tensor sizes), data_size (padded). Raises GGUFError."""
+    limits = _check_limits(limits)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise GGUFError("cannot stat: %s" % (exc.strerror or exc), path=path) from None
+    if not os.path.isfile(path):
+        raise GGUFError("not a regular file", path=path)
+    try:
+        with open(path, "rb") as f:
+            result = _parse(_Reader(f, st.st_size, limits))
+    except GGUFError as exc:
+        exc.path = path
+        raise
+    except (IOError, OSError) as exc:
+        raise GGUFError("cannot read: %s" % (exc.strerror or exc), path=path) from None
+    result["path"] = path
+    return result
+
+
+def _parse(r):
+    limits = r.limits
+    if r.size < 4:
+        raise GGUFError("file is %d bytes: too short to be GGUF (empty or truncated download?)" % r.size, 0)
+    magic = r.raw(4, "magic")
+    if magic != GGUF_MAGIC:
+        raise GGUFError("bad magic %r, expected %r: not a GGUF file (an HTML error page or a LFS pointer?)"
+                        % (magic, GGUF_MAGIC), 0)
+    version = r.u32("version")
+    if version not in SUPPORTED_VERSIONS:
+        hint = ""
+        if version == 1:
+            hint = ": GGUFv1 is no longer supported by llama.cpp, convert the model again"
+        elif struct.unpack(">I", struct.pack("<I", version))[0] in SUPPORTED_VERSIONS:
+            hint = ": the file looks big-endian, llama.cpp on x86/ARM needs little-endian"
+        raise GGUFError("unsupported GGUF version %d (supported: 2, 3)%s" % (version, hint), 4)
+    n_tensors = r.u64("tensor count")
+    if n_tensors > limits["max_tensors"]:
+        raise GGUFError("tensor count %d is over the limit of %d" % (n_tensors, limits["max_tensors"]), 8)
+    n_kv = r.u64("key/value count")
+    if n_kv > limits["max_kv"]:
+        raise GGUFError("key/value count %d is over the limit of %d" % (n_kv, limits["max_kv"]), 16)
+
+    kv = {}
+    for i in range(n_kv):
+        key_at = r.pos
+        key = r.string("key of key/value pair %d" % i)
+        if not key:
+            raise GGUFError("key of key/value pair %d is empty" % i, key_at)
+        if key in kv:
+            raise GGUFError("duplicate key %r (key/value pair %d)" % (key, i), key_at)
+        type_at = r.pos
+        vtype = r.u32("type of key %r" % key)
+        if vtype not in VALUE_TYPES:
+            raise GGUFError("key %r has invalid value type %d (valid: 0-12)" % (key, vtype), type_at)
+        if vtype == T_ARRAY:
+            value = _read_array(r, key)
+        else:
+            value = _read_value(r, vtype, key, keep_strings=True)
+        kv[key] = (vtype, value)
+
+    alignment = DEFAULT_ALIGNMENT
+    if "general.alignment" in kv:
+        atype, avalue = kv["general.alignment"]
+        if atype != T_UINT32:
+            raise GGUFError("general.alignment must be uint32, is %s" % VALUE_TYPES[atype][0])
+        if avalue == 0 or avalue & (avalue - 1):
+            raise GGUFError("general.alignment %d is not a power of 2" % avalue)
+        alignment = avalue
+
+    tensors = []
+    names = set()
+    for i in range(n_tensors):
+        info_at = r.pos
+        name = r.string("name of tensor %d" % i)
+        if len(name.encode("utf-8")) >= GGML_MAX_NAME:
+            raise GGUFError("name of tensor %d is %d bytes, llama.cpp allows at most %d"
+                            % (i, len(name.encode("utf-8")), GGML_MAX_NAME - 1), info_at)
+        if name in names:
+            raise GGUFError("duplicate tensor name %r (tensor %d)" % (name, i), info_at)
+        names.add(name)
+        dims_at = r.pos
+        n_dims = r.u32("dimension count of tensor %r" % name)
+        if n_dims > limits["max_dims"]:
+            raise GGUFError("tensor %r has %d dimensions, at most %d are allowed"
+                            % (name, n_dims, limits["max_dims"]), dims_at)
+        shape = []
+        nelements = 1
+        for j in range(n_dims):
+            ne_at = r.pos
+            ne = r.u64("dimension %d of tensor %r" % (j, name))
+            if ne > INT64_MAX:
+                raise GGUFError("tensor %r dimension %d is negative" % (name, j), ne_at)
+            nelements *= ne
+            if nelements > INT64_MAX:
+                raise GGUFError("tensor %r has more than 2^63 elements: shape %r overflows"
+                                % (name, shape + [ne]), ne_at)
+            shape.append(ne)
+        type_at = r.pos
+        ttype = r.u32("type of tensor %r" % name)
+        if ttype not in GGML_TYPES:
+            raise GGUFError("tensor %r has invalid or removed ggml type %d" % (name, ttype), type_at)
+        tname, block, type_size = GGML_TYPES[ttype]
+        ne0 = shape[0] if shape else 1
+        if ne0 % block:
+            raise GGUFError("tensor %r of type %s has %d elements per row, not a multiple of the block "
+                            "size %d" % (name, tname, ne0, block), type_at)
+        nbytes = nelements // block * type_size
+        offset_at = r.pos
+        offset = r.u64("data offset of tensor %r" % name)
+        tensors.append({"name": name, "shape": shape, "type": tname, "type_id": ttype,
+                        "offset": offset, "nbytes": nbytes, "info_offset": info_at, "offset_at": offset_at})
+
+    header_end = r.pos
+    data_offset = _pad(header_end, alignment)
+
+    # Tensor data: llama.cpp requires each tensor at the running offset, every tensor padded to alignment.
+    expected = 0
+    for t in tensors:
+        if t["offset"] % alignment:
+            raise GGUFError("tensor %r data offset %d is not aligned to %d"
+                            % (t["name"], t["offset"], alignment), t["offset_at"])
+        if t["offset"] < expected:
+            raise GGUFError("tensor %r data at offset %d overlaps the previous tensor (expected offset %d)"
+                            % (t["name"], t["offset"], expected), t["offset_at"])
+        if t["offset"] > expected:
+            raise GGUFError("tensor %r data at offset %d leaves a gap after the previous tensor (expected "
+                            "offset %d; llama.cpp needs tensors stored in order)"
+                            % (t["name"], t["offset"], expected), t["offset_at"])
+        end = data_offset + t["offset"] + t["nbytes"]
+        if end > r.size:
+            raise GGUFError(
+                "tensor %r data ends at byte %d, beyond the end of the file (%d bytes): the file is "
+                "truncated (%d bytes missing) - download it again" % (t["name"], end, r.size, end - r.size),
+                t["offset_at"])
+        expected = t["offset"] + _pad(t["nbytes"], alignment)
+
+    tensor_bytes = sum(t["nbytes"] for t in tensors)
+    if tensors:
+        min_size = data_offset + tensors[-1]["offset"] + tensors[-1]["nbytes"]
+        max_size = data_offset + expected
+    else:
+        min_size, max_size = header_end, data_offset
+    if r.size > max_size:
+        raise GGUFError("file has %d unexpected bytes after the tensor data (expected size %d, file is %d): "
+                        "wrong or corrupted file" % (r.size - max_size, max_size, r.size), max_size)
+    if r.size < min_size:  # already caught per tensor; kept for tensorless files
+        raise GGUFError("file is truncated: %d bytes, expected at least %d" % (r.size, min_size), r.size)
+
+    for t in tensors:
+        del t["offset_at"]
+    return {
+        "version": version, "kv": kv, "tensors": tensors, "alignment": alignment,
+        "header_size": header_end, "data_offset": data_offset, "file_size": r.size,
+        "tensor_bytes": tensor_bytes, "data_size": expected,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Model summary
+
+
+def _plain(value):
+    if isinstance(value, GGUFArray):
+        return value.summary()
+    if isinstance(value, float) and value != value:  # NaN is not JSON
+        return None
+    return value
+
+
+def _get(kv, key, default=None):
+    item = kv.get(key)
+    if item is None:
+        return default
+    return item[1]
+
+
+def _scalar_or_layers(kv, key):
+    """A hyperparameter that may be a scalar or a per-layer array: scalar, list, or None."""
+    value = _get(kv, key)
+    if isinstance(value, GGUFArray):
+        return list(value.values) if value.complete and value.element_type in INTEGER_TYPES else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def _uint(kv, key):
+    item = kv.get(key)
+    if item is None or item[0] not in INTEGER_TYPES:
+        return None
+    return item[1]
+
+
+def layer_layout(kv, arch, block_count, nextn):
+    """Per-block kind: 'attention', 'recurrent' or 'nextn' (MTP blocks stored after the trunk).
+
+    Mirrors llama.cpp: an explicit {arch}.attention.recurrent_layers bool array wins; the Qwen3-Next/3.5
+    family uses full_attention_interval (every Nth trunk block is attention, default 4); other hybrids
+    (Jamba, Granite-hybrid, Nemotron-H, LFM2, Falcon-H1...) mark recurrent blocks with head_count_kv 0 in a
+    per-layer array; pure SSM/RWKV models have ssm or wkv keys and no attention heads."""
+    if not block_count:
+        return [], None
+    trunk = max(block_count - (nextn or 0), 0)
+    kinds = None
+    source = "default"
+    recurrent = _get(kv, "%s.attention.recurrent_layers" % arch)
+    interval = _uint(kv, "%s.full_attention_interval" % arch)
+    head_kv = _scalar_or_layers(kv, "%s.attention.head_count_kv" % arch)
+    head = _scalar_or_layers(kv, "%s.attention.head_count" % arch)
+    if isinstance(recurrent, GGUFArray) and recurrent.complete and recurrent.count >= trunk:
+        kinds = ["recurrent" if recurrent.values[i] else "attention" for i in range(trunk)]
+        source = "%s.attention.recurrent_layers" % arch
+    elif interval is not None or arch in INTERVAL_HYBRIDS:
+        interval = interval or 4
+        kinds = ["attention" if (i + 1) % interval == 0 else "recurrent" for i in range(trunk)]
+        source = "%s.full_attention_interval" % arch
+    elif isinstance(head_kv, list) and len(head_kv) >= trunk:
+        kinds = ["recurrent" if head_kv[i] == 0 else "attention" for i in range(trunk)]
+        source = "%s.attention.head_count_kv" % arch
+    elif not head and any(k.startswith(arch + ".ssm.") or k.startswith(arch + ".wkv.") for k in kv):
+        kinds = ["recurrent"] * trunk
+        source = "%s.ssm" % arch
+    else:
+        kinds = ["attention"] * trunk
+    return kinds + ["nextn"] * (block_count - trunk), source
+
+
+CHAT_TEMPLATE_RISKS = (
+    ("__globals__", re.compile(r"__globals__")),
+    ("__class__", re.compile(r"__class__")),
+    ("__subclasses__", re.compile(r"__subclasses__")),
+    ("__builtins__", re.compile(r"__builtins__")),
+    ("__import__", re.compile(r"__import__")),
+    ("__mro__", re.compile(r"__mro__|__bases?__")),
+    ("__init__", re.compile(r"__init__")),
+    ("import", re.compile(r"(?<![A-Za-z0-9_])import(?![A-Za-z0-9_])")),
+    ("os.", re.compile(r"(?<![A-Za-z0-9_])os\s*\.\s*[A-Za-z_]")),
+    ("popen", re.compile(r"popen", re.I)),
+    ("subprocess", re.compile(r"subprocess")),
+    ("eval/exec", re.compile(r"(?<![A-Za-z0-9_])(?:eval|exec|compile)\s*\(")),
+    ("open(", re.compile(r"(?<![A-Za-z0-9_.])open\s*\(")),
+)
+_QUOTE_OR_ESCAPE = re.compile(r"['\"\\]")
+
+
+def _strip_string_literals(code):
+    """code with the contents of '...' and "..." literals removed; linear time, tolerant of bad quoting."""
+    out = []
+    start = 0
+    quote = None
+    escaped_until = -1
+    for m in _QUOTE_OR_ESCAPE.finditer(code):
+        pos = m.start()
+        if pos < escaped_until:
+            continue
+        ch = m.group()
+        if quote is None:
+            if ch != "\\":
+                out.append(code[start:pos])
+                quote = ch
+        elif ch == "\\":
+            escaped_until = pos + 2
+        elif ch == quote:
+            out.append("''")
+            quote = None
+            start = pos + 1
+    if quote is None:
+        out.append(code[start:])
+    return "".join(out)
+
+
+def _jinja_code(template):
+    """The insides of {{ }} and {% %} blocks, joined; linear time (an unclosed block runs to the end)."""
+    parts = []
+    i = 0
+    n = len(template)
+    next_expr = template.find("{{")
+    next_stmt = template.find("{%")
+    while True:
+        if 0 <= next_expr < i:
+            next_expr = template.find("{{", i)
+        if 0 <= next_stmt < i:
+            next_stmt = template.find("{%", i)
+        starts = [p for p in (next_expr, next_stmt) if p >= 0]
+        if not starts:
+            break
+        j = min(starts)
+        k = template.find("}}" if template[j + 1] == "{" else "%}", j + 2)
+        k = n if k < 0 else k
+        parts.append(template[j + 2:k])
+        i = k + 2
+        if i >= n:
+            break
+    return "\n".join(parts)
+
+
+# Flagged anywhere in the template (also inside string literals: `x|attr('__globals__')`).
+_ANYWHERE = ("__globals__", "__class__", "__subclasses__", "__builtins__", "__import__", "__mro__", "__init__",
+             "popen", "subprocess")
+
+
+def chat_template_risks(template):
+    """Risky constructs in a chat template (sandbox-escape attribute walks, imports, shell access).
+
+    Dunder attribute walks, popen and subprocess are flagged anywhere (names can be built from strings);
+    `import`, `os.`, eval/exec and open( only in {{ }} / {% %} code outside string literals, so that prose
+    in a system prompt ("import the data...") does not count."""
+    if not template:
+        return []
+    code = _strip_string_literals(_jinja_code(template))
+    found = []
+    for name, pattern in CHAT_TEMPLATE_RISKS:
+        haystack = template if name in _ANYWHERE else code
+        if pattern.search(haystack):
+            found.append(name)
+    return found
+
+
+def split_info(kv):
+    no = _uint(kv, "split.no")
+    count = _uint(kv, "split.count")
+    tensors = _uint(kv, "split.tensors.count")
+    if no is None and count is None and tensors is None:
+        return None
+    return {"no": no, "count": count, "tensors_count": tensors}
+
+
+_BLK = re.compile(r"^blk\.(\d+)\.")
+
+
+def summarize(struct_info, include_kv=False):
+    """The facts gguf_info returns, built from read_structure()'s result."""
+    kv = struct_info["kv"]
+    arch = _get(kv, "general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise GGUFError("general.architecture is missing or not a string: not a llama.cpp model file",
+                        path=struct_info.get("path"))
+    p = arch + "."
+    ft = _uint(kv, "general.file_type")
+    block_count = _uint(kv, p + "block_count")
+    nextn = _uint(kv, p + "nextn_predict_layers") or 0
+    if block_count is not None and nextn > block_count:
+        raise GGUFError("%snextn_predict_layers %d is larger than block_count %d" % (p, nextn, block_count),
+                        path=struct_info.get("path"))
+    kinds, source = layer_layout(kv, arch, block_count, nextn) if block_count else ([], None)
+
+    layer_bytes = [0] * (block_count or 0)
+    other_bytes = 0
+    types = {}
+    for t in struct_info["tensors"]:
+        m = _BLK.match(t["name"])
+        idx = int(m.group(1)) if m else None
+        if idx is not None and idx < len(layer_bytes):
+            layer_bytes[idx] += t["nbytes"]
+        else:
+            other_bytes += t["nbytes"]
+        entry = types.setdefault(t["type"], {"count": 0, "bytes": 0})
+        entry["count"] += 1
+        entry["bytes"] += t["nbytes"]
+
+    template = _get(kv, "tokenizer.chat_template")
+    template = template if isinstance(template, str) else None
+    tokens = _get(kv, "tokenizer.ggml.tokens")
+    ssm = dict((k[len(p) + 4:], _plain(v[1])) for k, v in kv.items() if k.startswith(p + "ssm."))
+
+    info = {
+        "path": struct_info.get("path"),
+        "gguf_version": struct_info["version"],
+        "architecture": arch,
+        "name": _get(kv, "general.name"),
+        "file_type": FILE_TYPES.get(ft, None if ft is None else "UNKNOWN_%d" % ft),
+        "file_type_id": ft,
+        "block_count": block_count,
+        "context_length": _uint(kv, p + "context_length"),
+        "embedding_length": _uint(kv, p + "embedding_length"),
+        "feed_forward_length": _scalar_or_layers(kv, p + "feed_forward_length"),
+        "head_count": _scalar_or_layers(kv, p + "attention.head_count"),
+        "head_count_kv": _scalar_or_layers(kv, p + "attention.head_count_kv"),
+        "key_length": _uint(kv, p + "attention.key_length"),
+        "value_length": _uint(kv, p + "attention.value_length"),
+        "expert_count": _uint(kv, p + "expert_count"),
+        "nextn_predict_layers": nextn,
+        "layer_types": kinds,
+        "layer_types_source": source,
+        "attention_layers": [i for i, k in enumerate(kinds) if k == "attention"],
+        "recurrent_layers": [i for i, k in enumerate(kinds) if k == "recurrent"],
+        "nextn_layers": [i for i, k in enumerate(kinds) if k == "nextn"],
+        "hybrid": "recurrent" in kinds and "attention" in kinds,
+        "full_attention_interval": _uint(kv, p + "full_attention_interval"),
+        "ssm": ssm,
+        "tokenizer_model": _get(kv, "tokenizer.ggml.model"),
+        "tokenizer_pre": _get(kv, "tokenizer.ggml.pre"),
+        "vocab_size": tokens.count if isinstance(tokens, GGUFArray) else _uint(kv, p + "vocab_size"),
+        "chat_template": template,
+        "chat_template_risks": chat_template_risks(template),
+        "split": split_info(kv),
+        "tensor_count": len(struct_info["tensors"]),
+        "tensor_bytes": struct_info["tensor_bytes"],
+        "tensor_types": types,
+        "layer_bytes": layer_bytes,
+        "non_layer_bytes": other_bytes,
+        "kv_count": len(kv),
+        "alignment": struct_info["alignment"],
+        "data_offset": struct_info["data_offset"],
+        "size": struct_info["file_size"],
+    }
+    if include_kv:
+        info["kv"] = dict((k, _plain(v[1])) for k, v in kv.items())
+    return info
+
+
+def inspect(path, limits=None, include_kv=False):
+    """read_structure() + summarize() in one call."""
+    return summarize(read_structure(path, limits), include_kv=include_kv)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Split sets
+
+
+def split_parts(path):
+    """All part paths of the split set `path` belongs to (llama.cpp's PREFIX-0000N-of-0000M.gguf), or None."""
+    directory, base = os.path.split(path)
+    m = SPLIT_RE.match(base)
+    if not m:
+        return None
+    count = int(m.group("count"))
+    if count < 1 or int(m.group("no")) < 1 or int(m.group("no")) > count:
+        return None
+    return [os.path.join(directory, "%s-%05d-of-%05d.gguf" % (m.group("prefix"), i, count))
+            for i in range(1, count + 1)]
+
+
+def check_split_set(first_info, first_struct, limits=None):
+    """Given the summary of one part, check that every part exists, parses, and agrees. Returns a dict."""
+    path = first_info["path"]
+    parts = split_parts(path)
+    split = first_info.get("split")
+    if split is None or not split.get("count"):
+        if parts and len(parts) > 1:
+            raise GGUFError("file name says it is part of a %d-part split set but it has no split.count key"
+                            % len(parts), path=path)
+        return None
+    count = split["count"]
+    if parts is None:
+        raise GGUFError("split.count is %d but the file name is not PREFIX-0000N-of-%05d.gguf, so the other "
+                        "parts cannot be found" % (count, count), path=path)
+    if len(parts) != count:
+        raise GGUFError("file name says %d parts but split.count is %d" % (len(parts), count), path=path)
+    missing = [p for p in parts if not os.path.isfile(p)]
+    if missing:
+        raise GGUFError("split set incomplete: missing %s" % ", ".join(missing), path=path)
+    total_tensors = 0
+    total_size = 0
+    tensor_bytes = 0
+    for i, part in enumerate(parts):
+        s = first_struct if part == path else read_structure(part, limits)
+        kv = s["kv"]
+        sp = split_info(kv) or {}
+        if sp.get("no") != i:
+            raise GGUFError("split.no is %r, expected %d for part %d of %d" % (sp.get("no"), i, i + 1, count),
+                            path=part)
+        if sp.get("count") != count:
+            raise GGUFError("split.count is %r, expected %d like the first part" % (sp.get("count"), count),
+                            path=part)
+        if sp.get("tensors_count") != split.get("tensors_count"):
+            raise GGUFError("split.tensors.count is %r, the other parts say %r"
+                            % (sp.get("tensors_count"), split.get("tensors_count")), path=part)
+        arch = _get(kv, "general.architecture")
+        if i > 0 and arch is not None and arch != first_info["architecture"]:
+            raise GGUFError("architecture %r differs from the first part's %r"
+                            % (arch, first_info["architecture"]), path=part)
+        total_tensors += len(s["tensors"])
+        total_size += s["file_size"]
+        tensor_bytes += s["tensor_bytes"]
+    if split.get("tensors_count") is not None and total_tensors != split["tensors_count"]:
+        raise GGUFError("the %d parts hold %d tensors but split.tensors.count is %d"
+                        % (count, total_tensors, split["tensors_count"]), path=path)
+    return {"parts": parts, "count": count, "tensor_count": total_tensors, "size": total_size,
+            "tensor_bytes": tensor_bytes}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# sha256 with the sidecar cache shared with model_download (<dir>/.<file>.llmops.json). The record format,
+# its path and the identity match (size, mtime_ns, inode) are download.py's; gguf_info only adds a digest
+# when none matches, keeping the download's provenance (commit, source) when the content is unchanged.
+
+
+def read_cached_sha256(path):
+    """The sha256 recorded for path when the sidecar matches the file's size, mtime_ns and inode."""
+    record = _read_record(path)
+    if record and record.get("version") == SIDECAR_VERSION and sidecar_matches_file(record, path):
+        digest = record.get("sha256")
+        if isinstance(digest, str) and re.match(r"^[0-9a-f]{64}$", digest):
+            return digest
+    return None
+
+
+def _read_record(path):
+    try:
+        with open(sidecar_path(path)) as f:
+            record = json.load(f)
+    except (IOError, OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def record_sha256(path, digest):
+    """Write the sidecar for path with digest. Provenance from an older record (commit, source...) is kept
+    only when its sha256 equals digest (same content, e.g. the file was merely touched or copied)."""
+    st = os.stat(path)
+    old = _read_record(path) or {}
+    record = {}
+    if old.get("version") == SIDECAR_VERSION and old.get("sha256") == digest:
+        record.update(old)
+    record.update({
+        "version": SIDECAR_VERSION, "file": os.path.basename(path), "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns, "inode": st.st_ino, "sha256": digest,
+        "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    })
+    side = sidecar_path(path)
+    tmp = "%s.tmp%d" % (side, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f, sort_keys=True)
+    try:
+        os.chown(tmp, st.st_uid, st.st_gid)
+    except OSError:
+        pass
+    os.rename(tmp, side)
+    return side
+
+
+def normalize_digest(value):
+    """Accept 'HEX' or 'sha256:HEX' (any case); return lowercase hex or raise ValueError."""
+    text = (value or "").strip().lower()
+    if text.startswith("sha256:"):
+        text = text[len("sha256:"):]
+    if not re.match(r"^[0-9a-f]{64}$", text):
+        raise ValueError("sha256 must be 64 hex digits (optionally prefixed 'sha256:'), got %r" % value)
+    return text
+
+
+def sha256_cached(path, force=False, record=True):
+    """(digest, cached): the file's sha256 from a matching sidecar, else computed (and recorded)."""
+    if not force:
+        digest = read_cached_sha256(path)
+        if digest:
+            return digest, True
+    digest = hash_file(path)
+    if record:
+        try:
+            record_sha256(path, digest)
+        except (IOError, OSError):
+            pass  # a read-only models directory still gets its file verified
+    return digest, False

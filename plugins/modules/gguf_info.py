@@ -1,0 +1,362 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gguf_info
+short_description: Check a GGUF model file's structure and describe the model
+description:
+  - Reads only the header, the key/value metadata and the tensor table of a GGUF file (never the tensor
+    data, so it takes milliseconds even for a 20 GB model) and checks its structure like llama.cpp does
+    magic, version 2 or 3, counts, string and array lengths within O(limits), value and tensor types,
+    dimensions, tensor offsets aligned to C(general.alignment), in order, without overlap or gap, and a data
+    section that ends exactly at the end of the file, so a truncated download is caught without hashing.
+  - A malformed or crafted file fails the task with a message that says what is wrong and at which byte
+    offset; it never crashes, hangs or allocates much memory.
+  - Returns the architecture, quantization, hyperparameters, the hybrid layout (which blocks are attention,
+    recurrent or MTP/nextn), the tokenizer, the chat template with its risky constructs, split information,
+    and tensor sizes per layer.
+  - Optionally verifies the whole file's sha256 against O(sha256). The digest is cached in the sidecar
+    record C(<dir>/.<file>.llmops.json) shared with M(llmops.serving.model_download) and reused while the
+    file's size, mtime and inode are unchanged, so a second run re-hashes nothing.
+  - For the first part of a split set (C(NAME-00001-of-00003.gguf)), checks that every part exists, parses
+    and agrees on C(split.count) and C(split.tensors.count).
+version_added: "0.1.0"
+author:
+  - llmops.serving contributors
+options:
+  path:
+    description: The GGUF file (for a split set, any part; the first part is usual).
+    type: path
+    required: true
+  sha256:
+    description:
+      - Expected sha256 of the file (64 hex digits, optionally prefixed C(sha256:)). The task fails on a
+        mismatch. Uses the sidecar cache unless O(force_verify).
+    type: str
+  compute_sha256:
+    description: Return the file's sha256 (cached like O(sha256)) even when no digest is expected.
+    type: bool
+    default: false
+  force_verify:
+    description: Hash the file even when the sidecar record matches, and refresh the record.
+    type: bool
+    default: false
+  check_split:
+    description: For a part of a split set, check that all parts exist and are consistent.
+    type: bool
+    default: true
+  include_kv:
+    description: Also return all key/values in RV(kv); long arrays (tokens, merges) are summarized.
+    type: bool
+    default: false
+  limits:
+    description: Hard limits for the structure check. Files over a limit fail.
+    type: dict
+    default: {}
+    suboptions:
+      max_tensors:
+        description: Most tensors a file may declare.
+        type: int
+        default: 65536
+      max_kv:
+        description: Most key/value pairs a file may declare.
+        type: int
+        default: 65536
+      max_string_bytes:
+        description: Longest string (key, value, tensor name) in bytes.
+        type: int
+        default: 16777216
+      max_array_elements:
+        description: Most elements of one metadata array.
+        type: int
+        default: 16777216
+      max_dims:
+        description: Most dimensions of one tensor.
+        type: int
+        default: 4
+notes:
+  - Supports check mode; in check mode the sidecar record is not written.
+  - Runs on the managed node with Python 3.6 or later and the standard library only.
+seealso:
+  - module: llmops.serving.model_download
+"""
+
+EXAMPLES = r"""
+- name: Check the downloaded model and learn its layout
+  llmops.serving.gguf_info:
+    path: /home/models/qwen3-27b-mtp-gguf/Qwen3.6-27B-UD-Q5_K_XL.gguf
+  register: model_info
+
+- name: The model has an MTP head for speculative decoding
+  ansible.builtin.assert:
+    that:
+      - model_info.nextn_predict_layers >= 1
+      - model_info.chat_template_risks | length == 0
+
+- name: Verify the full checksum too (cached in the sidecar record after the first run)
+  llmops.serving.gguf_info:
+    path: /home/models/qwen3-27b-mtp-gguf/Qwen3.6-27B-UD-Q5_K_XL.gguf
+    sha256: "{{ expected_sha256 }}"
+"""
+
+RETURN = r"""
+path:
+  description: The file checked.
+  returned: always
+  type: str
+gguf_version:
+  description: GGUF format version (2 or 3).
+  returned: always
+  type: int
+architecture:
+  description: C(general.architecture), e.g. C(qwen35), C(llama).
+  returned: always
+  type: str
+  sample: qwen35
+name:
+  description: C(general.name).
+  returned: always
+  type: str
+file_type:
+  description: Quantization from C(general.file_type) as llama.cpp names it; null when absent.
+  returned: always
+  type: str
+  sample: MOSTLY_Q5_K_M
+file_type_id:
+  description: The raw C(general.file_type) number.
+  returned: always
+  type: int
+block_count:
+  description: Number of blocks, MTP/nextn blocks included (C(<arch>.block_count)).
+  returned: always
+  type: int
+context_length:
+  description: Training context length.
+  returned: always
+  type: int
+embedding_length:
+  description: Hidden size.
+  returned: always
+  type: int
+feed_forward_length:
+  description: FFN size (an int, or a list per block).
+  returned: always
+  type: raw
+head_count:
+  description: Attention heads (an int, or a list per block).
+  returned: always
+  type: raw
+head_count_kv:
+  description: KV heads (an int, or a list per block; 0 marks a recurrent block in some hybrids).
+  returned: always
+  type: raw
+key_length:
+  description: Attention key head size when the file sets it.
+  returned: always
+  type: int
+value_length:
+  description: Attention value head size when the file sets it.
+  returned: always
+  type: int
+expert_count:
+  description: Number of experts of a MoE model.
+  returned: always
+  type: int
+nextn_predict_layers:
+  description: Number of MTP/nextn blocks (stored after the trunk blocks); 0 when none.
+  returned: always
+  type: int
+  sample: 1
+layer_types:
+  description: Kind of each block, C(attention), C(recurrent) or C(nextn).
+  returned: always
+  type: list
+  elements: str
+  sample: [recurrent, recurrent, recurrent, attention, nextn]
+layer_types_source:
+  description: The key the layout was derived from.
+  returned: always
+  type: str
+  sample: qwen35.full_attention_interval
+attention_layers:
+  description: Indexes of attention blocks.
+  returned: always
+  type: list
+  elements: int
+recurrent_layers:
+  description: Indexes of recurrent (GatedDeltaNet, Mamba...) blocks.
+  returned: always
+  type: list
+  elements: int
+nextn_layers:
+  description: Indexes of MTP/nextn blocks.
+  returned: always
+  type: list
+  elements: int
+hybrid:
+  description: Whether the model mixes attention and recurrent blocks.
+  returned: always
+  type: bool
+full_attention_interval:
+  description: C(<arch>.full_attention_interval) when set.
+  returned: always
+  type: int
+ssm:
+  description: The C(<arch>.ssm.*) keys without the prefix (conv_kernel, state_size, group_count...).
+  returned: always
+  type: dict
+tokenizer_model:
+  description: C(tokenizer.ggml.model), e.g. C(gpt2), C(llama).
+  returned: always
+  type: str
+tokenizer_pre:
+  description: C(tokenizer.ggml.pre), the pre-tokenizer.
+  returned: always
+  type: str
+vocab_size:
+  description: Number of tokens.
+  returned: always
+  type: int
+chat_template:
+  description: C(tokenizer.chat_template), null when absent.
+  returned: always
+  type: str
+chat_template_risks:
+  description:
+    - Risky constructs found in the chat template, e.g. C(__globals__), C(__class__), C(__subclasses__),
+      C(__builtins__), C(__import__), C(import), C(os.), C(popen), C(subprocess). Empty when none.
+  returned: always
+  type: list
+  elements: str
+split:
+  description: C(split.no), C(split.count), C(split.tensors.count) as C(no), C(count), C(tensors_count); null
+    when the file is not part of a split set.
+  returned: always
+  type: dict
+split_set:
+  description: For a split set with O(check_split), the parts, their count, tensor count and total size.
+  returned: when the file is part of a split set and O(check_split) is true
+  type: dict
+tensor_count:
+  description: Number of tensors in this file.
+  returned: always
+  type: int
+tensor_bytes:
+  description: Sum of the tensor sizes in bytes.
+  returned: always
+  type: int
+tensor_types:
+  description: Per ggml type, the count and bytes of tensors.
+  returned: always
+  type: dict
+  sample: {"Q5_K": {"count": 400, "bytes": 17000000000}}
+layer_bytes:
+  description: Bytes of the tensors of each block C(blk.N), in block order.
+  returned: always
+  type: list
+  elements: int
+non_layer_bytes:
+  description: Bytes of tensors outside the blocks (embeddings, output head).
+  returned: always
+  type: int
+kv_count:
+  description: Number of key/value pairs.
+  returned: always
+  type: int
+alignment:
+  description: Data alignment in bytes.
+  returned: always
+  type: int
+data_offset:
+  description: Byte offset where tensor data starts.
+  returned: always
+  type: int
+size:
+  description: File size in bytes.
+  returned: always
+  type: int
+kv:
+  description: All key/values; arrays longer than 64 elements as C(type), C(element_type), C(count), C(head).
+  returned: when O(include_kv) is true
+  type: dict
+sha256:
+  description: The file's sha256.
+  returned: when O(sha256) is set or O(compute_sha256) is true
+  type: str
+sha256_cached:
+  description: Whether the digest came from the sidecar record (no hashing was done).
+  returned: when O(sha256) is set or O(compute_sha256) is true
+  type: bool
+verified:
+  description: Whether the file matched O(sha256).
+  returned: always
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+from ansible_collections.llmops.serving.plugins.module_utils import gguf  # noqa: E402
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            sha256=dict(type="str"),
+            compute_sha256=dict(type="bool", default=False),
+            force_verify=dict(type="bool", default=False),
+            check_split=dict(type="bool", default=True),
+            include_kv=dict(type="bool", default=False),
+            limits=dict(type="dict", default={}, options=dict(
+                max_tensors=dict(type="int", default=65536),
+                max_kv=dict(type="int", default=65536),
+                max_string_bytes=dict(type="int", default=16777216),
+                max_array_elements=dict(type="int", default=16777216),
+                max_dims=dict(type="int", default=4),
+            )),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    path = p["path"]
+    expected = None
+    if p["sha256"]:
+        try:
+            expected = gguf.normalize_digest(p["sha256"])
+        except ValueError as exc:
+            module.fail_json(msg=str(exc))
+    try:
+        structure = gguf.read_structure(path, p["limits"])
+        result = gguf.summarize(structure, include_kv=p["include_kv"])
+        if p["check_split"] and result["split"]:
+            result["split_set"] = gguf.check_split_set(result, structure, p["limits"])
+    except gguf.GGUFError as exc:
+        module.fail_json(msg="GGUF check failed: %s" % exc, path=path, offset=exc.offset, verified=False)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc), path=path, verified=False)
+
+    result["verified"] = False
+    if expected or p["compute_sha256"]:
+        try:
+            digest, cached = gguf.sha256_cached(path, force=p["force_verify"], record=not module.check_mode)
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="cannot hash %s: %s" % (path, exc), path=path, verified=False)
+        result["sha256"] = digest
+        result["sha256_cached"] = cached
+        if expected and digest != expected:
+            module.fail_json(
+                msg="sha256 mismatch for %s: expected %s, got %s (corrupted or different file: download it "
+                    "again)" % (path, expected, digest), **result)
+        result["verified"] = bool(expected)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

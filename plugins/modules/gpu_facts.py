@@ -1,0 +1,299 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_facts
+short_description: Gather NVIDIA GPU facts with nvidia-smi and check them against requirements
+version_added: "1.0.0"
+description:
+  - Runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits) with a hard timeout and reads the CUDA
+    version the driver supports (from C(nvidia-smi --version), the C(nvidia-smi) banner or C(nvidia-smi -q)).
+  - Publishes the result as the C(llmops_gpus) fact, which other llmops.serving roles read.
+  - A host without nvidia-smi gets C(present=false), or a failure when O(required=true). A broken driver
+    (kernel module / library mismatch, no devices, a GPU fallen off the bus, a hanging nvidia-smi) is reported
+    in C(llmops_gpus.error) with what to do about it.
+  - Drivers older than R510 do not know the C(compute_cap) field; the module then asks for the PCI device id
+    and looks the compute capability up in a built-in table (by PCI id, then by product name).
+  - Optional checks (O(require_arch), O(min_driver_version), O(require_cuda), O(min_memory_mib),
+    O(min_free_memory_mib)) apply to every GPU, or only to O(devices). A failed check names the GPU, what was
+    found, what was wanted and how to fix it.
+  - Read-only; never changes the host.
+author:
+  - llmops.serving developers (@llmops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+  platform:
+    platforms: posix
+options:
+  nvidia_smi_path:
+    description:
+      - Path of the nvidia-smi executable.
+      - When unset, C(nvidia-smi) is looked up in E(PATH), then in C(/usr/bin) and C(/usr/local/bin).
+    type: path
+  timeout:
+    description:
+      - Seconds each nvidia-smi call may take before it is killed (with its whole process group).
+    type: int
+    default: 15
+  required:
+    description:
+      - When V(false), a host without a working NVIDIA driver returns C(present=false) and the reason in
+        C(llmops_gpus.error).
+      - When V(true), that is a failure, and so is any GPU that has fallen off the bus.
+    type: bool
+    default: false
+  require_arch:
+    description:
+      - Compute capabilities the GPUs must have. Each entry is exact (V(8.9), V(sm_89), V(89)) or a minimum
+        (V(>=8.0)). A GPU passes when it satisfies at least one entry.
+    type: list
+    elements: str
+    default: []
+  min_driver_version:
+    description:
+      - Oldest acceptable NVIDIA driver version, for example V(550.54.14).
+    type: str
+  require_cuda:
+    description:
+      - CUDA release the driver must support, for example V(12.4). Checked against the minimum Linux driver of
+        that CUDA release (11.8 to 13.0 are known); for other releases the CUDA version reported by
+        nvidia-smi is used.
+    type: str
+  min_memory_mib:
+    description:
+      - Minimum total memory per GPU, in MiB (a 48 GB L20 reports 46068).
+    type: int
+  min_free_memory_mib:
+    description:
+      - Minimum free memory per GPU, in MiB, at the time of the check.
+    type: int
+  devices:
+    description:
+      - GPU indices or UUIDs to check and return in RV(selected). Empty means all GPUs.
+      - A device that is not present is an error.
+    type: list
+    elements: str
+    default: []
+notes:
+  - Runs on the managed node with Python 3.6 or newer; needs no Python package beyond the standard library.
+  - The CUDA/driver table comes from the NVIDIA CUDA Toolkit release notes (minimum Linux x86_64 driver of
+    each GA release).
+"""
+
+EXAMPLES = r"""
+- name: Read the GPUs (a host without a driver gets present=false)
+  llmops.serving.gpu_facts:
+
+- name: Require Ada GPUs with at least 46000 MiB and a driver that runs CUDA 12.4
+  llmops.serving.gpu_facts:
+    required: true
+    require_arch: ["8.9"]
+    require_cuda: "12.4"
+    min_memory_mib: 46000
+
+- name: Check only the GPUs an instance will use, with 40 GiB free on each
+  llmops.serving.gpu_facts:
+    devices: [0, 1]
+    min_free_memory_mib: 40960
+    require_arch: [">=8.0"]
+  register: gpu_check
+
+- name: Show what was found
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.llmops_gpus.count }} x {{ ansible_facts.llmops_gpus.gpus[0].name }}"
+  when: ansible_facts.llmops_gpus.present
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts published by the module.
+  returned: always
+  type: dict
+  contains:
+    llmops_gpus:
+      description: What nvidia-smi reported; other llmops.serving roles depend on these keys.
+      returned: always
+      type: dict
+      contains:
+        present:
+          description: Whether at least one working NVIDIA GPU was found.
+          type: bool
+          returned: always
+        count:
+          description: Number of working GPUs.
+          type: int
+          returned: always
+        driver_version:
+          description: NVIDIA driver version, empty when unknown.
+          type: str
+          returned: always
+          sample: "550.54.14"
+        cuda_version:
+          description: Newest CUDA version the driver supports, as nvidia-smi reports it; empty when unknown.
+          type: str
+          returned: always
+          sample: "12.4"
+        archs:
+          description: CUDA architectures (compute capability without the dot), numerically sorted.
+          type: list
+          elements: str
+          returned: always
+          sample: ["89"]
+        compute_caps:
+          description: Compute capabilities of the GPUs, sorted numerically.
+          type: list
+          elements: str
+          returned: always
+          sample: ["8.9"]
+        homogeneous:
+          description: >-
+            True when there is at least one GPU and all have the same name, compute capability and memory.
+          type: bool
+          returned: always
+        error:
+          description: Why GPUs are missing or unhealthy, with what to do about it; null when all is well.
+          type: str
+          returned: always
+        gpus:
+          description: One entry per working GPU, by index.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            index:
+              description: nvidia-smi index.
+              type: int
+            uuid:
+              description: GPU UUID.
+              type: str
+              sample: GPU-5b3f0c1e-8a4d-7e21-c9b6-2f0d41a7e3c8
+            name:
+              description: Product name.
+              type: str
+              sample: NVIDIA L20
+            pci_bus_id:
+              description: PCI bus id.
+              type: str
+              sample: "00000000:18:00.0"
+            compute_cap:
+              description: Compute capability; null when unknown.
+              type: str
+              sample: "8.9"
+            cuda_arch:
+              description: Compute capability without the dot; null when unknown.
+              type: str
+              sample: "89"
+            memory_total_mib:
+              description: Total memory in MiB.
+              type: int
+              sample: 46068
+            memory_used_mib:
+              description: Used memory in MiB.
+              type: int
+            memory_free_mib:
+              description: Free memory in MiB.
+              type: int
+            driver_version:
+              description: Driver version.
+              type: str
+            persistence_mode:
+              description: Whether persistence mode is enabled.
+              type: bool
+            mig_mode:
+              description: Current MIG mode (Enabled or Disabled); null on GPUs without MIG.
+              type: str
+            power_limit_w:
+              description: Power limit in watts; null when not reported.
+              type: float
+            temperature_c:
+              description: GPU temperature in degrees Celsius; null when not reported.
+              type: int
+selected:
+  description: The GPUs the checks applied to (all GPUs, or those named in O(devices)); same shape as C(gpus).
+  returned: always
+  type: list
+  elements: dict
+failures:
+  description: Failed checks, one message each.
+  returned: always
+  type: list
+  elements: str
+error_kind:
+  description: >-
+    Class of problem behind C(llmops_gpus.error): absent, mismatch, no_driver, no_devices, lost, timeout or
+    failed; null when there is none.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.gpu import GpuError, collect, evaluate  # noqa: E402
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nvidia_smi_path=dict(type="path"),
+            timeout=dict(type="int", default=15),
+            required=dict(type="bool", default=False),
+            require_arch=dict(type="list", elements="str", default=[]),
+            min_driver_version=dict(type="str"),
+            require_cuda=dict(type="str"),
+            min_memory_mib=dict(type="int"),
+            min_free_memory_mib=dict(type="int"),
+            devices=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["timeout"] < 1:
+        module.fail_json(msg="timeout must be at least 1 second, got %d" % p["timeout"])
+    try:
+        facts, kind = collect(nvidia_smi_path=p["nvidia_smi_path"], timeout=p["timeout"])
+    except GpuError as exc:
+        module.fail_json(msg=exc.message, error_kind=exc.kind)
+
+    for gpu in facts["gpus"]:
+        if gpu["mig_mode"] == "Enabled":
+            module.warn("GPU %d (%s) has MIG enabled: CUDA programs see its MIG instances, not the whole "
+                        "GPU. Disable it with `nvidia-smi -i %d -mig 0` (and a GPU reset) to serve from the "
+                        "full GPU." % (gpu["index"], gpu["name"], gpu["index"]))
+
+    result = dict(changed=False, llmops_gpus=facts, error_kind=kind, selected=[], failures=[])
+    if facts["error"] and p["required"]:
+        module.fail_json(msg=facts["error"], **result)
+
+    selected, failures = evaluate(
+        facts,
+        require_arch=p["require_arch"],
+        min_driver_version=p["min_driver_version"],
+        require_cuda=p["require_cuda"],
+        min_memory_mib=p["min_memory_mib"],
+        min_free_memory_mib=p["min_free_memory_mib"],
+        devices=p["devices"],
+    )
+    result.update(selected=selected, failures=failures)
+    if failures:
+        msg = "%d GPU check(s) failed:\n- %s" % (len(failures), "\n- ".join(failures))
+        module.fail_json(msg=msg, **result)
+    del result["llmops_gpus"]
+    module.exit_json(ansible_facts=dict(llmops_gpus=facts), **result)
+
+
+if __name__ == "__main__":
+    main()

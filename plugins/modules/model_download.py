@@ -1,0 +1,286 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: model_download
+short_description: Download a model file from a Hugging Face style hub or a URL, resumable and verified
+description:
+  - Downloads one model file (or every part of a split GGUF set) into O(dest). The final path only ever
+    holds a verified file; bytes land in C(<file>.part) first, are checked against size and sha256, then
+    renamed atomically.
+  - The expected sha256 and size come from O(sha256)/O(size), or from the hub's HEAD answer
+    (C(X-Linked-Etag), C(X-Linked-Size)); the revision is pinned to the commit it resolved to
+    (C(X-Repo-Commit)) for the whole download and recorded.
+  - Resumes an interrupted download from C(<file>.part) and C(<file>.part.json) (Range and If-Range),
+    fetches large files over several connections in parallel and computes the sha256 while the data
+    arrives. Retries connection drops, stalls, HTTP 429/5xx (honouring Retry-After) with backoff.
+  - A verified file has a sidecar record C(.<file>.llmops.json) (size, mtime, inode, sha256, commit,
+    source); later runs trust it while size, mtime and inode are unchanged, so they do not re-hash.
+  - A checksum mismatch moves the bytes to C(<file>.corrupt-<UTC time>) and fails with expected vs got.
+  - When the hub's branch moved to a new commit since the recorded download, the verified file is kept
+    (result RV(update_available)) unless O(update=true).
+version_added: "0.1.0"
+author:
+  - llmops.serving contributors
+options:
+  repo:
+    description: Hub repository, C(org/name), for example C(unsloth/Qwen3.6-27B-MTP-GGUF); with O(filename).
+    type: str
+  filename:
+    description:
+      - File in O(repo), may include a folder. A split GGUF name such as C(model-00001-of-00003.gguf)
+        fetches every part of the set.
+    type: str
+  revision:
+    description: Branch, tag or 40-hex commit id in O(repo).
+    type: str
+    default: main
+  endpoint:
+    description:
+      - Hub base URL, for example C(https://hf-mirror.com). When not set, the environment variable
+        C(HF_ENDPOINT) on the node is used, else C(https://huggingface.co).
+    type: str
+  token:
+    description:
+      - Hub access token for gated or private repos, sent as C(Authorization) to the hub host only (not
+        to the CDN it redirects to). When not set, C(HF_TOKEN) from the node's environment is used.
+    type: str
+  url:
+    description: A plain HTTP(S) URL instead of O(repo)/O(filename). Give O(sha256) to have it verified.
+    type: str
+  dest:
+    description: Directory that receives the file(s); created when missing.
+    type: path
+    required: true
+  sha256:
+    description: Expected sha256 (64 hex digits) of the single file; checked against the hub's value too.
+    type: str
+  size:
+    description: Expected size in bytes of the single file.
+    type: int
+  connections:
+    description: Parallel connections (ranges) for files of at least O(parallel_min_size) bytes.
+    type: int
+    default: 8
+  parallel_min_size:
+    description: Files smaller than this many bytes use one connection.
+    type: int
+    default: 67108864
+  update:
+    description: When the hub's revision now points to another commit than the recorded one, fetch it.
+    type: bool
+    default: false
+  force_verify:
+    description: Re-hash existing files even when their sidecar record matches.
+    type: bool
+    default: false
+  progress_file:
+    description:
+      - JSON file updated about once a second with C(bytes_done), C(bytes_total), C(percent),
+        C(rate_mbs), C(eta_s), C(state) and C(file), for polling while the module runs with C(async).
+    type: path
+  timeout:
+    description: Seconds without data (connect or read) before a connection counts as stalled and is retried.
+    type: int
+    default: 30
+  retries:
+    description: Retries per range (reset whenever data arrives) and per metadata request.
+    type: int
+    default: 8
+  retry_delay:
+    description: First backoff delay in seconds; doubles per retry up to 60. A Retry-After header wins.
+    type: float
+    default: 2.0
+  validate_certs:
+    description: Verify TLS certificates.
+    type: bool
+    default: true
+  free_space_margin:
+    description: Bytes that must stay free in O(dest) on top of what the download still needs.
+    type: int
+    default: 268435456
+extends_documentation_fragment:
+  - ansible.builtin.files
+attributes:
+  check_mode:
+    support: full
+    description: Resolves the metadata (HEAD requests) and reports what would happen; downloads nothing.
+  diff_mode:
+    support: none
+    description: Reports no diff; the files are binary.
+  platform:
+    support: full
+    platforms: posix
+    description: Any POSIX node with Python 3.6 or later.
+notes:
+  - Runs on the managed node with Python 3.6 or later and the standard library only.
+  - Proxies come from the node's C(https_proxy)/C(http_proxy)/C(no_proxy) environment.
+  - Without O(sha256), a plain O(url) download is recorded with the sha256 computed while downloading
+    (nothing to compare it against).
+seealso:
+  - name: Hugging Face hub download URLs
+    description: The resolve endpoint this module speaks.
+    link: https://huggingface.co/docs/hub/en/api
+"""
+
+EXAMPLES = r"""
+- name: Download the Qwen3.6 27B GGUF through the mirror, 8 connections, verified
+  llmops.serving.model_download:
+    repo: unsloth/Qwen3.6-27B-MTP-GGUF
+    filename: Qwen3.6-27B-UD-Q5_K_XL.gguf
+    endpoint: https://hf-mirror.com
+    dest: /home/models/qwen3-27b-mtp-gguf
+    owner: llama
+    group: llama
+    mode: "0644"
+    progress_file: /run/llmops/qwen.progress.json
+  async: 21600
+  poll: 0
+  register: llmops_model_job
+
+- name: Download a gated model with a token from Vault
+  llmops.serving.model_download:
+    repo: meta-llama/Llama-3.1-8B-Instruct-GGUF
+    filename: model-00001-of-00002.gguf
+    revision: 0123456789abcdef0123456789abcdef01234567
+    token: "{{ vault_hf_token }}"
+    dest: /srv/models/llama
+  no_log: true
+
+- name: Download from a plain URL with a known checksum
+  llmops.serving.model_download:
+    url: https://models.example.com/tiny.gguf
+    sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+    dest: /srv/models/tiny
+"""
+
+RETURN = r"""
+path:
+  description: Final path of the file (of the first part for a split set).
+  returned: always
+  type: str
+  sample: /home/models/qwen3-27b-mtp-gguf/Qwen3.6-27B-UD-Q5_K_XL.gguf
+paths:
+  description: Final paths of all files (all parts of a split set, in order).
+  returned: always
+  type: list
+  elements: str
+size:
+  description: Total size in bytes (sum of the parts).
+  returned: always
+  type: int
+sha256:
+  description: sha256 of the file (of the first part for a split set; see RV(parts)).
+  returned: always
+  type: str
+commit:
+  description: Hub commit the file comes from (null for a plain URL).
+  returned: always
+  type: str
+source_url:
+  description: Where the bytes come from, without credentials or query string.
+  returned: always
+  type: str
+downloaded_bytes:
+  description: Bytes received in this run.
+  returned: always
+  type: int
+resumed_from:
+  description: Bytes that were already in the partial download(s) when this run started.
+  returned: always
+  type: int
+verified:
+  description:
+    - How the file was verified in this run, the weakest of all parts; C(sidecar) = record matched (no
+      hashing), C(hashed) = existing file re-hashed, C(download) = hashed while downloading.
+    - Null in check mode when the file would still have to be hashed or downloaded.
+  returned: always
+  type: str
+  choices: [sidecar, hashed, download]
+elapsed_s:
+  description: Seconds this run took.
+  returned: always
+  type: float
+update_available:
+  description: The hub's revision now points to another commit than the verified file; see O(update).
+  returned: always
+  type: bool
+parts:
+  description: Per file, C(path), C(name), C(size), C(sha256), C(commit), C(verified), C(downloaded_bytes),
+    C(resumed_from), C(changed).
+  returned: always
+  type: list
+  elements: dict
+msg:
+  description: What happened, in words.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.download import (  # noqa: E402
+    DownloadError,
+    run,
+    scrub,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            repo=dict(type="str"),
+            filename=dict(type="str"),
+            revision=dict(type="str", default="main"),
+            endpoint=dict(type="str"),
+            token=dict(type="str", no_log=True),
+            url=dict(type="str"),
+            dest=dict(type="path", required=True),
+            sha256=dict(type="str"),
+            size=dict(type="int"),
+            connections=dict(type="int", default=8),
+            parallel_min_size=dict(type="int", default=64 * 1024 * 1024),
+            update=dict(type="bool", default=False),
+            force_verify=dict(type="bool", default=False),
+            progress_file=dict(type="path"),
+            timeout=dict(type="int", default=30),
+            retries=dict(type="int", default=8),
+            retry_delay=dict(type="float", default=2.0),
+            validate_certs=dict(type="bool", default=True),
+            free_space_margin=dict(type="int", default=256 * 1024 * 1024),
+        ),
+        mutually_exclusive=[("url", "repo")],
+        required_one_of=[("url", "repo")],
+        required_together=[("repo", "filename")],
+        add_file_common_args=True,
+        supports_check_mode=True,
+    )
+    keys = ("repo", "filename", "revision", "endpoint", "token", "url", "dest", "sha256", "size",
+            "connections", "parallel_min_size", "update", "force_verify", "progress_file", "timeout",
+            "retries", "retry_delay", "validate_certs", "free_space_margin")
+    params = dict((k, module.params[k]) for k in keys)
+    try:
+        result = run(params, check_mode=module.check_mode)
+    except DownloadError as e:
+        extra = dict((k, v) for k, v in e.result.items() if k != "status")
+        module.fail_json(msg=scrub(e.msg, module.params["token"]), **extra)
+    except Exception as e:  # unexpected: still one clear line, never the token
+        module.fail_json(msg=scrub("model_download failed: %s: %s" % (type(e).__name__, e),
+                                   module.params["token"]))
+    if not module.check_mode:
+        changed = result["changed"]
+        for path in result["paths"]:
+            file_args = module.load_file_common_arguments(module.params, path=path)
+            changed = module.set_fs_attributes_if_different(file_args, changed)
+        result["changed"] = changed
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""Role llmops.serving.el7_bootstrap: templates rendered against their variables, and the raw-only role
+run for real with ansible-playbook (connection local) against a fake EL 7 tree: a temp repo directory,
+a fake os-release, and rpm/yum test doubles first on PATH (the raw scripts call them by name)."""
+
+import os
+import subprocess
+import textwrap
+
+import pytest
+
+from tests.unit.test_nvidia_driver import ROOT, RoleRenderer
+
+PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
+MIRROR = "http://mirror.lan/centos-vault/7.9.2009"
+
+
+def render(**extra):
+    return RoleRenderer("el7_bootstrap", {}, None, **extra)
+
+
+def repo_sections(text):
+    sections, current = {}, None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], {})
+        elif current is not None and "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            current[key] = value
+    return sections
+
+
+def test_centos_base_points_every_repository_at_the_mirror_variable():
+    sections = repo_sections(render(el7_bootstrap_mirror=MIRROR).template("CentOS-Base.repo.j2"))
+    assert set(sections) == {"base", "updates", "extras", "centosplus"}
+    assert sections["base"]["baseurl"] == MIRROR + "/os/$basearch/"
+    assert sections["updates"]["baseurl"] == MIRROR + "/updates/$basearch/"
+    assert sections["extras"]["baseurl"] == MIRROR + "/extras/$basearch/"
+    for name, section in sections.items():
+        assert "mirrorlist" not in section
+        assert section["gpgcheck"] == "1"
+        assert section["enabled"] == ("0" if name == "centosplus" else "1")
+    assert render().var("el7_bootstrap_base_baseurl") == "https://vault.centos.org/7.9.2009/os/$basearch/"
+
+
+def test_each_base_url_has_its_own_variable():
+    r = render(el7_bootstrap_updates_baseurl="http://other.lan/updates/")
+    sections = repo_sections(r.template("CentOS-Base.repo.j2"))
+    assert sections["updates"]["baseurl"] == "http://other.lan/updates/"
+    assert sections["base"]["baseurl"].startswith("https://vault.centos.org/")
+
+
+def test_scl_and_epel_templates_use_archive_variables():
+    r = render(el7_bootstrap_mirror=MIRROR, el7_bootstrap_epel_baseurl="http://mirror.lan/epel/7/$basearch/")
+    rh = repo_sections(r.template("CentOS-SCLo-scl-rh.repo.j2"))["centos-sclo-rh"]
+    sclo = repo_sections(r.template("CentOS-SCLo-scl.repo.j2"))["centos-sclo-sclo"]
+    epel = repo_sections(r.template("epel.repo.j2"))["epel"]
+    assert rh["baseurl"] == MIRROR + "/sclo/$basearch/rh/"
+    assert sclo["baseurl"] == MIRROR + "/sclo/$basearch/sclo/"
+    assert epel["baseurl"] == "http://mirror.lan/epel/7/$basearch/"
+    assert (
+        render()
+        .var("el7_bootstrap_epel_baseurl")
+        .startswith("https://archives.fedoraproject.org/pub/archive/epel/7/")
+    )
+    for section in (rh, sclo, epel):
+        assert "mirrorlist" not in section and "metalink" not in section and section["gpgcheck"] == "1"
+
+
+def test_every_task_is_raw_or_runs_on_the_controller():
+    role = os.path.join(ROOT, "roles", "el7_bootstrap", "tasks")
+    import yaml
+
+    allowed = {
+        "ansible.builtin.raw",
+        "ansible.builtin.set_fact",
+        "ansible.builtin.import_tasks",
+        "ansible.builtin.include_tasks",
+    }
+    for name in os.listdir(role):
+        with open(os.path.join(role, name)) as fh:
+            for task in yaml.safe_load(fh):
+                modules = {k for k in task if k.startswith("ansible.")}
+                assert modules and modules <= allowed, (name, task.get("name"))
+                if "ansible.builtin.raw" in modules:
+                    assert "changed_when" in task, task["name"]
+
+
+# --- the role, run for real against a fake EL 7 tree --------------------------------------------------
+
+
+@pytest.fixture
+def el7_tree(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "repos").mkdir()
+    (tmp_path / "installed").write_text("")
+    (tmp_path / "os-release").write_text('NAME="CentOS Linux"\nID="centos"\nVERSION_ID="7"\n')
+    (bin_dir / "rpm").write_text(
+        textwrap.dedent(
+            """\
+        #!/bin/sh
+        # rpm -q NAME: installed when listed in the state file
+        [ "$1" = -q ] && grep -qx "$2" "%s/installed" && { echo "$2-1.el7.x86_64"; exit 0; }
+        echo "package $2 is not installed"; exit 1
+        """
+            % tmp_path
+        )
+    )
+    (bin_dir / "yum").write_text(
+        textwrap.dedent(
+            """\
+        #!/bin/sh
+        echo "$*" >> "%(d)s/yum.log"
+        [ -e "%(d)s/yum-fails" ] && { echo "Cannot find a valid baseurl for repo: base/7/x86_64"; exit 1; }
+        if [ "$1" = -y ] && [ "$2" = install ]; then
+          shift 2; for p; do echo "$p" >> "%(d)s/installed"; done
+        fi
+        exit 0
+        """
+            % {"d": tmp_path}
+        )
+    )
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return tmp_path
+
+
+def run_role(tree, **role_vars):
+    play = tree / "play.yml"
+    params = {
+        "el7_bootstrap_repo_dir": str(tree / "repos"),
+        "el7_bootstrap_os_release_file": str(tree / "os-release"),
+        "el7_bootstrap_mirror": MIRROR,
+    }
+    params.update(role_vars)
+    lines = [
+        "- hosts: localhost",
+        "  gather_facts: false",
+        "  connection: local",
+        "  roles:",
+        "    - role: llmops.serving.el7_bootstrap",
+    ]
+    lines += [
+        "      %s: %s" % (k, v if not isinstance(v, bool) else str(v).lower()) for k, v in params.items()
+    ]
+    play.write_text("\n".join(lines) + "\n")
+    env = dict(
+        os.environ,
+        PATH="%s:%s" % (tree / "bin", os.environ["PATH"]),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+    )
+    result = subprocess.run(
+        [PLAYBOOK, "-i", "localhost,", str(play)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    recap = [line for line in result.stdout.splitlines() if line.startswith("localhost") and "ok=" in line]
+    stats = dict(item.split("=") for item in recap[-1].split(":", 1)[1].split()) if recap else {}
+    return result, {k: int(v) for k, v in stats.items()}
+
+
+def test_role_rewrites_repos_installs_python_then_changes_nothing(el7_tree):
+    base = el7_tree / "repos" / "CentOS-Base.repo"
+    base.write_text("[base]\nmirrorlist=http://mirrorlist.centos.org/?release=$releasever&arch=$basearch\n")
+    scl = el7_tree / "repos" / "CentOS-SCLo-scl-rh.repo"
+    scl.write_text("[centos-sclo-rh]\nmirrorlist=http://mirrorlist.centos.org?arch=$basearch&repo=sclo-rh\n")
+    custom_scl = el7_tree / "repos" / "CentOS-SCLo-scl.repo"
+    custom_scl.write_text("[centos-sclo-sclo]\nbaseurl=http://my.lan/sclo/\n")
+
+    first, stats = run_role(el7_tree)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert stats["changed"] == 2 and stats["failed"] == 0
+    sections = repo_sections(base.read_text())
+    assert sections["base"]["baseurl"] == MIRROR + "/os/$basearch/"
+    assert (el7_tree / "repos" / "CentOS-Base.repo.llmops-orig").read_text().startswith("[base]\nmirrorlist=")
+    assert repo_sections(scl.read_text())["centos-sclo-rh"]["baseurl"] == MIRROR + "/sclo/$basearch/rh/"
+    assert custom_scl.read_text() == "[centos-sclo-sclo]\nbaseurl=http://my.lan/sclo/\n"  # not a stock file
+    assert (el7_tree / "repos" / "epel.repo").exists()
+    rendered = render(el7_bootstrap_mirror=MIRROR, ansible_managed="Ansible managed").template(
+        "CentOS-Base.repo.j2"
+    )
+    assert base.read_text().strip() == rendered.strip()
+    assert (el7_tree / "installed").read_text().split() == ["python3", "libselinux-python3"]
+    yum_log = (el7_tree / "yum.log").read_text().splitlines()
+    assert yum_log[-1] == "-y install python3 libselinux-python3"
+
+    second, stats = run_role(el7_tree)
+    assert second.returncode == 0, second.stdout
+    assert stats["changed"] == 0
+    assert (el7_tree / "yum.log").read_text().splitlines() == yum_log  # no yum call at all
+
+
+def test_role_leaves_non_el7_hosts_alone(el7_tree):
+    (el7_tree / "os-release").write_text('ID=debian\nVERSION_ID="12"\n')
+    result, stats = run_role(el7_tree)
+    assert result.returncode == 0, result.stdout
+    assert stats["changed"] == 0 and stats["skipped"] >= 1
+    assert list((el7_tree / "repos").iterdir()) == []
+    assert not (el7_tree / "yum.log").exists()
+
+
+def test_role_fails_clearly_when_yum_cannot_reach_the_mirror(el7_tree):
+    (el7_tree / "yum-fails").write_text("")
+    result, stats = run_role(el7_tree, el7_bootstrap_epel_enabled=False)
+    assert result.returncode != 0 and stats["failed"] == 1
+    assert "LLMOPS_FAILED: yum could not install python3 libselinux-python3" in result.stdout
+    assert MIRROR + "/os/$basearch/" in result.stdout
+    assert not (el7_tree / "repos" / "epel.repo").exists()

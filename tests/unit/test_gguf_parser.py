@@ -1,0 +1,341 @@
+"""gguf_info's parser (plugins/module_utils/gguf.py): crafted corpus, real vocab files, limits, split sets,
+chat template risks and the sha256 sidecar shared with model_download."""
+import json
+import os
+import shutil
+import time
+
+import pytest
+
+from ansible_collections.llmops.serving.plugins.module_utils import download, gguf
+from tests.fixtures import llama_cpp_source
+from tests.fixtures.gguf import make_corpus
+from tests.fixtures.gguf.builder import UINT32, GGUFBuilder, tiny_qwen35
+
+CORPUS = make_corpus.CORPUS
+with open(os.path.join(CORPUS, make_corpus.EXPECTED)) as _f:
+    EXPECTED = json.load(_f)
+
+
+def test_corpus_is_what_the_generator_writes():
+    files, expected = make_corpus.build_all()
+    assert expected == EXPECTED, "run: python -m tests.fixtures.gguf.make_corpus"
+    on_disk = sorted(n for n in os.listdir(CORPUS) if n.endswith(".gguf"))
+    assert on_disk == sorted(files)
+    for name, data in files.items():
+        with open(os.path.join(CORPUS, name), "rb") as f:
+            assert f.read() == data, name
+    assert sum(len(d) for d in files.values()) < 256 * 1024  # small enough to commit
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_file(name):
+    expectation = EXPECTED[name]
+    path = os.path.join(CORPUS, name)
+    start = time.monotonic()
+    if "error" in expectation:
+        with pytest.raises(gguf.GGUFError) as err:
+            gguf.inspect(path)
+        assert expectation["error"] in str(err.value)
+        assert path in str(err.value)
+    else:
+        info = gguf.inspect(path)
+        for key, value in expectation["ok"].items():
+            assert info[key] == value, key
+    assert time.monotonic() - start < 1.0
+
+
+def test_errors_carry_the_offset_of_the_bad_field():
+    built = tiny_qwen35().build()
+    _, offset, _ = built.field("tensor.type", 3)
+    path = _write(built.patch("tensor.type", 99, index=3))
+    with pytest.raises(gguf.GGUFError) as err:
+        gguf.read_structure(path)
+    assert err.value.offset == offset
+    assert "at byte offset %d" % offset in str(err.value)
+
+
+def _write(data, name="x.gguf", directory=None):
+    import tempfile
+    directory = directory or tempfile.mkdtemp(prefix="gguf-test-")
+    path = os.path.join(directory, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+VOCABS = llama_cpp_source.vocab_models()
+
+
+def test_llama_cpp_ships_vocab_models():
+    assert len(VOCABS) >= 10
+
+
+@pytest.mark.parametrize("path", VOCABS, ids=[os.path.basename(p) for p in VOCABS])
+def test_every_real_vocab_only_file(path):
+    start = time.monotonic()
+    info = gguf.inspect(path, include_kv=True)
+    elapsed = time.monotonic() - start
+    assert elapsed < 2.0
+    assert info["tensor_count"] == 0 and info["tensor_bytes"] == 0
+    assert info["size"] == os.path.getsize(path)
+    assert info["architecture"]
+    assert info["tokenizer_model"] in ("gpt2", "llama", "bert", "t5", "rwkv", "ugm", "plamo2", "gemma4")
+    tokens = info["kv"]["tokenizer.ggml.tokens"]
+    assert tokens["type"] == "array" and tokens["element_type"] == "string"
+    assert tokens["count"] == info["vocab_size"] and len(tokens["head"]) == gguf.ARRAY_HEAD
+    assert info["kv_count"] == len(info["kv"])
+    json.dumps(info)  # Ansible must be able to return it
+
+
+def test_vocab_file_agrees_with_gguf_py():
+    pytest.importorskip("numpy")
+    import sys
+    sys.path.insert(0, llama_cpp_source.gguf_py_path())
+    import gguf as gguf_py
+    path = [p for p in VOCABS if p.endswith("ggml-vocab-qwen35.gguf")][0]
+    reader = gguf_py.GGUFReader(path)
+    info = gguf.inspect(path, include_kv=True)
+    keys = [k for k in reader.fields if not k.startswith("GGUF.")]
+    assert sorted(keys) == sorted(info["kv"])
+    assert info["vocab_size"] == len(reader.fields["tokenizer.ggml.tokens"].data)
+    assert info["chat_template"] == reader.fields["tokenizer.chat_template"].contents()
+
+
+def test_limits_are_configurable_and_checked():
+    path = _write(tiny_qwen35().build().data)
+    gguf.inspect(path)
+    with pytest.raises(gguf.GGUFError, match="tensor count 12 is over the limit of 11"):
+        gguf.inspect(path, limits={"max_tensors": 11})
+    with pytest.raises(gguf.GGUFError, match="key/value count"):
+        gguf.inspect(path, limits={"max_kv": 3})
+    with pytest.raises(gguf.GGUFError, match="has 8 elements, over the limit of 7"):
+        gguf.inspect(path, limits={"max_array_elements": 7})
+    with pytest.raises(gguf.GGUFError, match="over the limit of 5 bytes"):
+        gguf.inspect(path, limits={"max_string_bytes": 5})
+    with pytest.raises(gguf.GGUFError, match="2 dimensions, at most 1"):
+        gguf.inspect(path, limits={"max_dims": 1})
+    with pytest.raises(ValueError, match="unknown GGUF limit"):
+        gguf.inspect(path, limits={"max_tensor": 1})
+    with pytest.raises(ValueError, match="positive integer"):
+        gguf.inspect(path, limits={"max_dims": 0})
+    gguf.inspect(path, limits={"max_dims": None})  # Ansible passes None for unset suboptions
+
+
+def test_huge_declared_sizes_allocate_little_memory():
+    import tracemalloc
+    built = tiny_qwen35().build()
+    bombs = [built.patch("array.count", (1 << 24)), built.patch("value.len", (1 << 24) - 1),
+             built.patch("n_kv", 65536), built.patch("n_tensors", 65536),
+             built.patch("array.count", 1 << 24, index=1)]
+    tracemalloc.start()
+    try:
+        for data in bombs:
+            with pytest.raises(gguf.GGUFError):
+                gguf.inspect(_write(data))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024
+
+
+def test_include_kv_summarizes_long_arrays():
+    b = tiny_qwen35(n_vocab=100)
+    info = gguf.inspect(_write(b.build().data), include_kv=True)
+    assert info["kv"]["qwen35.rope.dimension_sections"]["values"] == [11, 11, 10, 0]
+    tokens = info["kv"]["tokenizer.ggml.tokens"]
+    assert tokens == {"type": "array", "element_type": "string", "count": 100,
+                      "head": ["t%d" % i for i in range(gguf.ARRAY_HEAD)]}
+    assert info["kv"]["general.architecture"] == "qwen35"
+    assert "kv" not in gguf.inspect(_write(b.build().data))
+
+
+def test_bytes_per_layer_and_types():
+    info = gguf.inspect(_write(tiny_qwen35().build().data))
+    # per block: attn_norm F32 [32] = 128 bytes, ffn_down Q8_0 [32, 2] = 2 blocks of 34 bytes
+    assert info["layer_bytes"] == [128 + 68] * 5
+    assert info["non_layer_bytes"] == 8 * 34 + 128
+    assert info["tensor_types"] == {"F32": {"count": 6, "bytes": 6 * 128},
+                                    "Q8_0": {"count": 6, "bytes": 5 * 68 + 8 * 34}}
+    assert info["tensor_bytes"] == sum(info["layer_bytes"]) + info["non_layer_bytes"]
+
+
+@pytest.mark.parametrize("template,risks", [
+    ("{{ cycler.__init__.__globals__.os.popen('id').read() }}", ["__globals__", "__init__", "os.", "popen"]),
+    ("{{ ''.__class__.__mro__[1].__subclasses__() }}", ["__class__", "__subclasses__", "__mro__"]),
+    ("{{ x|attr('__globals__') }}", ["__globals__"]),
+    ("{% import 'macros' as m %}", ["import"]),
+    ("{% from 'x' import y %}", ["import"]),
+    ("{{ subprocess }}", ["subprocess"]),
+    ("{{ eval('1') }}{{ open('/etc/passwd') }}", ["eval/exec", "open("]),
+    ("You may import data with os.path{% for m in messages %}{{ m['content'] }}{% endfor %}", []),
+    ("{{ 'import os' }}{{ \"os.system\" }}", []),
+    ("{%- if message.content is string %}{{- message.content }}{%- endif %}", []),
+    ("", []),
+])
+def test_chat_template_risks(template, risks):
+    assert sorted(gguf.chat_template_risks(template)) == sorted(risks)
+
+
+def test_chat_template_risks_is_linear_on_hostile_input():
+    for hostile in ("{{" * 2000000, "{%" + "'" * 2000000, "{{ " + "\\'" * 1000000, "os" + " " * 2000000):
+        start = time.monotonic()
+        gguf.chat_template_risks(hostile)
+        assert time.monotonic() - start < 3.0
+
+
+def test_real_qwen_style_template_has_no_risks():
+    path = [p for p in VOCABS if p.endswith("ggml-vocab-qwen35.gguf")][0]
+    info = gguf.inspect(path)
+    assert info["chat_template"].startswith("{% for message in messages %}")
+    assert info["chat_template_risks"] == []
+
+
+# --- split sets -------------------------------------------------------------------------------------
+
+def _split_set(tmp_path, count=3, per_part=12, overrides=None):
+    overrides = overrides or {}
+    paths = []
+    for no in range(count):
+        split = overrides.get(no, (no, count, count * per_part))
+        path = tmp_path / ("model-%05d-of-%05d.gguf" % (no + 1, count))
+        path.write_bytes(tiny_qwen35(split=split).build().data)
+        paths.append(str(path))
+    return paths
+
+
+def _check_split(path):
+    s = gguf.read_structure(path)
+    return gguf.check_split_set(gguf.summarize(s), s)
+
+
+def test_split_set_complete(tmp_path):
+    paths = _split_set(tmp_path)
+    result = _check_split(paths[0])
+    assert result["parts"] == paths and result["count"] == 3 and result["tensor_count"] == 36
+    assert result["size"] == sum(os.path.getsize(p) for p in paths)
+
+
+def test_split_set_missing_part(tmp_path):
+    paths = _split_set(tmp_path)
+    os.remove(paths[2])
+    with pytest.raises(gguf.GGUFError, match="split set incomplete: missing .*00003-of-00003"):
+        _check_split(paths[0])
+
+
+def test_split_set_inconsistent_parts(tmp_path):
+    paths = _split_set(tmp_path, overrides={1: (5, 3, 36)})
+    with pytest.raises(gguf.GGUFError, match="split.no is 5, expected 1"):
+        _check_split(paths[0])
+    paths = _split_set(tmp_path, overrides={2: (2, 3, 40)})
+    with pytest.raises(gguf.GGUFError, match="split.tensors.count is 40"):
+        _check_split(paths[0])
+    paths = _split_set(tmp_path, overrides={0: (0, 3, 37), 1: (1, 3, 37), 2: (2, 3, 37)})
+    with pytest.raises(gguf.GGUFError, match="hold 36 tensors but split.tensors.count is 37"):
+        _check_split(paths[0])
+
+
+def test_split_set_truncated_part(tmp_path):
+    paths = _split_set(tmp_path)
+    with open(paths[1], "r+b") as f:
+        f.truncate(os.path.getsize(paths[1]) - 100)
+    with pytest.raises(gguf.GGUFError, match="00002-of-00003.gguf: tensor .* truncated"):
+        _check_split(paths[0])
+
+
+def test_split_keys_without_split_name(tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(tiny_qwen35(split=(0, 2, 24)).build().data)
+    with pytest.raises(gguf.GGUFError, match="cannot be found"):
+        _check_split(str(path))
+
+
+def test_unsplit_file_has_no_split_set(tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(tiny_qwen35().build().data)
+    assert _check_split(str(path)) is None
+
+
+# --- sha256 sidecar ---------------------------------------------------------------------------------
+
+def test_sha256_is_cached_in_the_download_sidecar(tmp_path, monkeypatch):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(tiny_qwen35().build().data)
+    import hashlib
+    want = hashlib.sha256(path.read_bytes()).hexdigest()
+    calls = []
+    real = gguf.hash_file
+    monkeypatch.setattr(gguf, "hash_file", lambda p: calls.append(p) or real(p))
+    assert gguf.sha256_cached(str(path)) == (want, False)
+    side = tmp_path / ".m.gguf.llmops.json"
+    record = json.loads(side.read_text())
+    assert record["sha256"] == want and record["version"] == download.SIDECAR_VERSION
+    assert download.sidecar_matches_file(record, str(path))  # the download module accepts our record
+    assert gguf.sha256_cached(str(path)) == (want, True)
+    assert len(calls) == 1
+    assert gguf.sha256_cached(str(path), force=True) == (want, False)
+    assert len(calls) == 2
+    # the file changes: size/mtime differ, the record no longer matches, the file is hashed again
+    with open(str(path), "ab") as f:
+        f.write(b"x")
+    digest, cached = gguf.sha256_cached(str(path))
+    assert not cached and digest != want
+
+
+def test_sidecar_keeps_download_provenance_only_for_the_same_content(tmp_path):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF" + b"\0" * 100)
+    import hashlib
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    side = tmp_path / ".m.gguf.llmops.json"
+    side.write_text(json.dumps({"version": 1, "sha256": digest, "size": 1, "mtime_ns": 1, "inode": 1,
+                                "commit": "c" * 40, "source": {"repo": "org/repo"}}))
+    assert gguf.read_cached_sha256(str(path)) is None  # stale identity: not trusted
+    gguf.record_sha256(str(path), digest)
+    record = json.loads(side.read_text())
+    assert record["commit"] == "c" * 40 and record["size"] == 104
+    gguf.record_sha256(str(path), "0" * 64)  # different content: provenance dropped
+    record = json.loads(side.read_text())
+    assert "commit" not in record and "source" not in record
+
+
+def test_unreadable_sidecar_is_ignored(tmp_path):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"data")
+    (tmp_path / ".m.gguf.llmops.json").write_text("{not json")
+    assert gguf.read_cached_sha256(str(path)) is None
+    (tmp_path / ".m.gguf.llmops.json").write_text("[1, 2]")
+    assert gguf.read_cached_sha256(str(path)) is None
+
+
+@pytest.mark.parametrize("value,ok", [
+    ("A" * 64, True), ("sha256:" + "b" * 64, True), (" " + "c" * 64 + "\n", True),
+    ("a" * 63, False), ("g" * 64, False), ("", False), (None, False),
+])
+def test_normalize_digest(value, ok):
+    if ok:
+        assert gguf.normalize_digest(value) == value.strip().lower().replace("sha256:", "")
+    else:
+        with pytest.raises(ValueError, match="64 hex digits"):
+            gguf.normalize_digest(value)
+
+
+def test_not_a_file(tmp_path):
+    with pytest.raises(gguf.GGUFError, match="cannot stat"):
+        gguf.inspect(str(tmp_path / "missing.gguf"))
+    with pytest.raises(gguf.GGUFError, match="not a regular file"):
+        gguf.inspect(str(tmp_path))
+
+
+def test_alignment_key_respected(tmp_path):
+    b = GGUFBuilder(alignment=256)
+    b.add("general.architecture", 8, "llama").add("general.alignment", UINT32, 256)
+    b.tensor("a.weight", [8], "F32").tensor("b.weight", [8], "F32")
+    path = _write(b.build().data, directory=str(tmp_path))
+    info = gguf.inspect(path)
+    assert info["alignment"] == 256 and info["data_offset"] % 256 == 0
+    shutil.copy(path, path + ".copy")
+    with open(path + ".copy", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(gguf.GGUFError, match="1 unexpected bytes"):
+        gguf.inspect(path + ".copy")

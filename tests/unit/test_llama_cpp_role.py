@@ -1,0 +1,322 @@
+"""Role llama_cpp: its templates rendered with Ansible's own Templar, its build script run against a small
+CMake project, and the llama_cpp_build_id module run as Ansible runs it (identity and skip logic)."""
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROLE = os.path.join(ROOT, "roles", "llama_cpp")
+COLLECTIONS = os.path.join(ROOT, "collections")
+MODULE = os.path.join(ROOT, "plugins", "modules", "llama_cpp_build_id.py")
+
+_loaded = {}
+
+
+def _templar(variables):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.template import Templar
+
+    if "init" not in _loaded:
+        for name in list(sys.modules):
+            if name == "ansible_collections" or name.startswith("ansible_collections."):
+                loader = getattr(sys.modules[name], "__loader__", None)
+                if not type(loader).__name__.startswith("_Ansible"):
+                    del sys.modules[name]
+        init_plugin_loader([COLLECTIONS])
+        _loaded["init"] = True
+    loader = DataLoader()
+    loader.set_basedir(ROLE)
+    return Templar(loader=loader, variables=variables)
+
+
+def load_yaml(path):
+    with open(path) as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def run_module(tmp_path, args):
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    env = dict(os.environ, PYTHONPATH=COLLECTIONS)
+    proc = subprocess.run([sys.executable, MODULE, str(args_file)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env=env, timeout=60)
+    return json.loads(proc.stdout.decode())
+
+
+def plan(tmp_path, **over):
+    args = {"mode": "container", "git_repo": "https://github.com/ggml-org/llama.cpp.git",
+            "git_ref": "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+            "gpus": {"present": True, "archs": ["89"]},
+            "builder_image": "nvidia/cuda:12.4.1-devel-ubuntu22.04",
+            "runtime_image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+            "install_root": str(tmp_path / "opt")}
+    args.update(over)
+    return run_module(tmp_path, args)
+
+
+def role_vars(result, extra=None, mode="container"):
+    """Role defaults + Debian vars + the facts tasks/plan.yml sets from a module result."""
+    variables = load_yaml(os.path.join(ROLE, "defaults", "main.yml"))
+    variables.update(load_yaml(os.path.join(ROLE, "vars", "Debian.yml")))
+    variables.update(extra or {})
+    variables.update({
+        "llama_cpp__plan": result,
+        "llama_cpp__build_id": result["build_id"],
+        "llama_cpp__mode": mode,
+        "llama_cpp__src": variables.get("llama_cpp__src", "/var/cache/llmops/llama.cpp/src/git-0123456789ab"),
+        "llama_cpp__work": variables.get("llama_cpp__work", "/var/cache/llmops/" + result["build_id"]),
+        "llama_cpp__source_label": "https://github.com/ggml-org/llama.cpp.git@0c1e570",
+    })
+    return variables
+
+
+def render(name, variables):
+    with open(os.path.join(ROLE, "templates", name)) as handle:
+        return _templar(variables).template(handle.read())
+
+
+# --- module: identity and skip logic -----------------------------------------------------------------------
+
+def test_module_cuda_build_from_gpu_facts(tmp_path):
+    r = plan(tmp_path)
+    assert not r.get("failed"), r
+    assert r["changed"] is False and r["cuda"] is True and r["cuda_architectures"] == "89"
+    assert "-DCMAKE_CUDA_ARCHITECTURES=89" in r["cmake_args"] and "-DGGML_CUDA=ON" in r["cmake_args"]
+    assert r["installed"] is False and r["manifest"] is None and r["current_build_id"] is None
+    assert r["build_id"] == r["identity_sha256"][:16]
+    assert r["targets"] == ["llama-bench", "llama-cli", "llama-quantize", "llama-server"]
+
+
+def test_module_auto_cpu_without_gpus(tmp_path):
+    r = plan(tmp_path, gpus={"present": False, "archs": []})
+    assert r["cuda"] is False and "-DGGML_CUDA=OFF" in r["cmake_args"]
+
+
+def test_module_refuses_removed_option_clearly(tmp_path):
+    r = plan(tmp_path, cmake_extra_options={"GGML_CUDA_F16": True})
+    assert r["failed"] and "GGML_CUDA_F16" in r["msg"] and "not supported by the pinned llama.cpp" in r["msg"]
+
+
+def test_module_warn_policy(tmp_path):
+    r = plan(tmp_path, cmake_extra_options={"LLAMA_CURL": "OFF"}, removed_option_policy="warn")
+    assert not r.get("failed")
+    assert any("LLAMA_CURL" in w and "LLAMA_OPENSSL" in w for w in r["warnings"])
+
+
+def test_module_keep_builds_minimum(tmp_path):
+    r = plan(tmp_path, keep_builds=1)
+    assert r["failed"] and "at least 2" in r["msg"]
+
+
+def install(tmp_path, result, installed_at, mode="host"):
+    """What tasks/install.yml leaves behind: bin/llama-server and manifest.json."""
+    d = tmp_path / "opt" / "builds" / result["build_id"]
+    (d / "bin").mkdir(parents=True)
+    binary = d / "bin" / "llama-server"
+    binary.write_text("#!/bin/sh\necho 'version: 0.5.0-dev (build 1, commit 0c1e570)'\n")
+    binary.chmod(0o755)
+    manifest = {"build_id": result["build_id"], "identity_sha256": result["identity_sha256"], "mode": mode,
+                "binary": str(binary), "image": "", "installed_at": installed_at}
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    return d
+
+
+def host_plan(tmp_path, **over):
+    kw = dict(mode="host", gpus={"present": False, "archs": []}, builder_image=None, runtime_image=None,
+              platform={"distribution": "Debian", "version": "12", "architecture": "x86_64"})
+    kw.update(over)
+    return plan(tmp_path, **{k: v for k, v in kw.items() if v is not None})
+
+
+def test_module_skip_logic_follows_the_manifest(tmp_path):
+    first = host_plan(tmp_path)
+    d = install(tmp_path, first, "2026-11-01T00:00:00Z")
+    again = host_plan(tmp_path)
+    assert again["build_id"] == first["build_id"] and again["installed"] is True
+    assert again["manifest"]["binary"].endswith("/bin/llama-server")
+    # An mtime change means nothing; a missing binary or a foreign identity means "not installed".
+    os.utime(str(d / "manifest.json"), (0, 0))
+    assert host_plan(tmp_path)["installed"] is True
+    (d / "bin" / "llama-server").unlink()
+    assert host_plan(tmp_path)["installed"] is False
+    shutil.rmtree(str(d))
+    d = install(tmp_path, first, "2026-11-01T00:00:00Z")
+    m = json.loads((d / "manifest.json").read_text())
+    m["identity_sha256"] = "0" * 64
+    (d / "manifest.json").write_text(json.dumps(m))
+    assert host_plan(tmp_path)["installed"] is False
+    (d / "manifest.json").write_text("{half written")
+    assert host_plan(tmp_path)["installed"] is False
+
+
+def test_module_links_and_prune_plan(tmp_path):
+    opt = tmp_path / "opt"
+    ids = []
+    for i, extra in enumerate([{"GGML_RPC": True}, {"GGML_RPC": False}, {"GGML_LTO": True}]):
+        r = host_plan(tmp_path, cmake_extra_options=extra)
+        install(tmp_path, r, "2026-11-0%dT00:00:00Z" % (i + 1))
+        ids.append(r["build_id"])
+    os.symlink("builds/" + ids[2], str(opt / "current"))
+    os.symlink("builds/" + ids[1], str(opt / "previous"))
+    new = host_plan(tmp_path, keep_builds=3)
+    assert new["current_build_id"] == ids[2] and new["previous_build_id"] == ids[1]
+    assert new["next_previous_build_id"] == ids[2]
+    # keep 3 = new + current(->previous) + newest other: only the oldest goes.
+    assert new["prune"] == [ids[0]]
+    # Re-selecting the current build changes nothing.
+    same = host_plan(tmp_path, cmake_extra_options={"GGML_LTO": True})
+    assert same["installed"] and same["build_id"] == ids[2]
+    assert same["next_previous_build_id"] == ids[1] and same["prune"] == []
+
+
+def test_module_dir_source_hash_is_the_identity(tmp_path):
+    src = tmp_path / "llama.cpp"
+    (src / "src").mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text("project(llama.cpp)\n")
+    (src / "src" / "llama.cpp").write_text("int x;\n")
+    a = host_plan(tmp_path, source_type="dir", source_dir=str(src))
+    assert a["identity"]["source"]["type"] == "dir" and len(a["identity"]["source"]["content_sha256"]) == 64
+    assert host_plan(tmp_path, source_type="dir", source_dir=str(src))["build_id"] == a["build_id"]
+    (src / "src" / "llama.cpp").write_text("int y;\n")
+    assert host_plan(tmp_path, source_type="dir", source_dir=str(src))["build_id"] != a["build_id"]
+    r = host_plan(tmp_path, source_type="dir", source_dir=str(tmp_path / "nope"))
+    assert r["failed"] and "not a directory" in r["msg"]
+
+
+def test_module_branch_ref_warns(tmp_path):
+    r = plan(tmp_path, git_ref="master")
+    assert any("not look like a commit SHA" in w for w in r["warnings"])
+
+
+# --- Dockerfile ------------------------------------------------------------------------------------------
+
+def test_dockerfile_is_multi_stage_with_image_and_arch_args(tmp_path):
+    r = plan(tmp_path)
+    text = render("Dockerfile.j2", role_vars(r, {"llama_cpp_ccache": True}))
+    stages = re.findall(r"^FROM (\S+) AS (\w+)$", text, re.M)
+    assert stages == [("${BUILDER_IMAGE}", "builder"), ("builder", "bundle"), ("${RUNTIME_IMAGE}", "runtime")]
+    assert "ARG BUILDER_IMAGE=nvidia/cuda:12.4.1-devel-ubuntu22.04" in text
+    assert "ARG RUNTIME_IMAGE=nvidia/cuda:12.4.1-runtime-ubuntu22.04" in text
+    assert 'ARG CUDA_ARCHITECTURES="89"' in text
+    assert "ARG LLAMA_CPP_BUILD_ID=%s" % r["build_id"] in text
+    assert "for tool in cmake g++ git make ccache;" in text
+    assert "ccache" in re.search(r'ARG BUILD_PACKAGES="([^"]*)"', text).group(1)
+    assert "COPY --from=bundle /opt/llama.cpp/ /opt/llama.cpp/" in text
+    assert 'ENTRYPOINT ["/opt/llama.cpp/bin/llama-server"]' in text
+    # The driver and CUDA runtime libraries are never bundled.
+    assert "libcuda.so*|libnvidia*|libcudart.so*" in text
+    # Classic-builder compatible: no BuildKit-only syntax.
+    assert "--mount=" not in text and "# syntax=" not in text
+
+
+def test_dockerfile_mirror_images_and_no_ccache(tmp_path):
+    extra = {"llama_cpp_builder_image": "registry.local:5000/nvidia/cuda:12.4.1-devel-ubuntu22.04",
+             "llama_cpp_runtime_image": "registry.local:5000/nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+             "llama_cpp_ccache": False}
+    r = plan(tmp_path, builder_image=extra["llama_cpp_builder_image"],
+             runtime_image=extra["llama_cpp_runtime_image"], gpus={"present": False, "archs": []})
+    text = render("Dockerfile.j2", role_vars(r, extra))
+    assert "ARG BUILDER_IMAGE=registry.local:5000/nvidia/cuda:12.4.1-devel-ubuntu22.04" in text
+    assert "ARG RUNTIME_IMAGE=registry.local:5000/nvidia/cuda:12.4.1-runtime-ubuntu22.04" in text
+    assert 'ARG CUDA_ARCHITECTURES=""' in text
+    assert "for tool in cmake g++ git make;" in text
+
+
+# --- build script --------------------------------------------------------------------------------
+
+def test_build_script_renders_cmake_args_quoted(tmp_path):
+    r = plan(tmp_path, ccache=True,
+             cmake_extra_options={"GGML_CUDA_FA_ALL_QUANTS": True, "LLAMA_BUILD_COMMIT": "0c1e570 x"})
+    text = render("build.sh.j2", role_vars(r, {"llama_cpp_ccache": True, "llama_cpp_build_jobs": 2}))
+    assert "  -DCMAKE_CUDA_ARCHITECTURES=89 \\" in text
+    assert "  '-DLLAMA_BUILD_COMMIT=0c1e570 x' \\" in text
+    assert "  -DGGML_CCACHE=ON \\" in text
+    assert "JOBS=2" in text
+    assert "--target llama-bench llama-cli llama-quantize llama-server" in text
+    assert "export CCACHE_BASEDIR=/" in text and "export CCACHE_COMPILERCHECK=content" in text
+    assert "export CCACHE_DIR=/var/cache/llmops/ccache" in text
+    assert subprocess.run(["bash", "-n"], input=text.encode()).returncode == 0
+
+
+MINI_CMAKE = """cmake_minimum_required(VERSION 3.14)
+project(mini CXX)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+option(GGML_NATIVE "x" ON)
+option(GGML_CUDA "x" OFF)
+add_executable(llama-server server.cpp)
+target_compile_definitions(llama-server PRIVATE MINI_VERSION="0.0.1-test")
+"""
+MINI_SERVER = """#include <cstdio>
+int main() {
+  std::fprintf(stderr, "version: " MINI_VERSION " (build 7, commit abcdef1)\\n");
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("c++") is None,
+                    reason="needs cmake and c++")
+def test_build_script_builds_stages_and_logs(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(MINI_CMAKE)
+    (src / "server.cpp").write_text(MINI_SERVER)
+    work = tmp_path / "work"
+    (work / "context").mkdir(parents=True)
+    r = plan(tmp_path, mode="host", gpus={"present": False, "archs": []}, targets=["llama-server"])
+    variables = role_vars(r, {"llama_cpp__src": str(src), "llama_cpp__work": str(work),
+                              "llama_cpp_build_jobs": 1}, mode="host")
+    script = work / "build.sh"
+    script.write_text(render("build.sh.j2", variables))
+    assert subprocess.run(["bash", str(script)], timeout=300).returncode == 0
+    binary = work / "context" / "out" / "bin" / "llama-server"
+    assert os.access(str(binary), os.X_OK)
+    out = subprocess.run([str(binary), "--version"], stderr=subprocess.PIPE).stderr.decode()
+    assert "version: 0.0.1-test" in out
+    log = (work / "build.log").read_text()
+    assert "=== llama.cpp build %s (host) started" % r["build_id"] in log and "finished" in log
+    assert "GGML_NATIVE:BOOL=OFF" in (work / "build" / "CMakeCache.txt").read_text()
+    # A second run resumes in the same build directory (CMakeCache kept, generator kept); it waits while
+    # another build of the same directory holds the lock (CI containers share the build root).
+    with open(str(work / ".build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = subprocess.Popen(["bash", str(script)])
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)
+        assert (work / "build.log").read_text().count("started") == 1
+    assert proc.wait(timeout=300) == 0
+    assert (work / "build.log").read_text().count("started") == 2
+
+    # A compile error: non-zero exit, the compiler's message in the log (the role quotes its tail).
+    (src / "server.cpp").write_text("int main() { return undeclared_symbol; }\n")
+    assert subprocess.run(["bash", str(script)], timeout=300).returncode != 0
+    assert "undeclared_symbol" in (work / "build.log").read_text()
+
+
+# --- role wiring -------------------------------------------------------------------------------------------
+
+def test_el7_defaults_to_container_and_refuses_host():
+    el7 = load_yaml(os.path.join(ROLE, "vars", "RedHat-7.yml"))
+    assert el7["llama_cpp__default_build_mode"] == "container"
+    assert el7["llama_cpp__host_build_supported"] is False
+    assert load_yaml(os.path.join(ROLE, "vars", "Debian.yml"))["llama_cpp__default_build_mode"] == "host"
+
+
+def test_defaults_and_argument_specs_agree():
+    defaults = load_yaml(os.path.join(ROLE, "defaults", "main.yml"))
+    specs = load_yaml(os.path.join(ROLE, "meta", "argument_specs.yml"))["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(specs)
+    for name, spec in specs.items():
+        assert name.startswith("llama_cpp_")
+        if "default" in spec:
+            assert spec["default"] == defaults[name], name
+    assert defaults["llama_cpp_builder_image"] == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
+    assert defaults["llama_cpp_runtime_image"] == "nvidia/cuda:12.4.1-runtime-ubuntu22.04"

@@ -1,0 +1,591 @@
+"""Role llmops.serving.nvidia_driver: every template, variable file and decision expression rendered
+with Ansible's own Templar (the EL 7 paths cannot run here: no CentOS repositories are reachable)."""
+
+import os
+import re
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
+from ansible.template import Templar
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROLES = os.path.join(ROOT, "roles")
+
+init_plugin_loader()
+
+EL7_FACTS = {
+    "ansible_os_family": "RedHat",
+    "ansible_distribution": "CentOS",
+    "ansible_distribution_major_version": "7",
+    "ansible_distribution_version": "7.9",
+    "ansible_kernel": "3.10.0-1160.119.1.el7.x86_64",
+    "inventory_hostname": "gpu1",
+}
+DEBIAN_FACTS = {
+    "ansible_os_family": "Debian",
+    "ansible_distribution": "Debian",
+    "ansible_distribution_major_version": "12",
+    "ansible_distribution_version": "12.7",
+    "ansible_kernel": "6.1.0-26-amd64",
+    "inventory_hostname": "gpu1",
+}
+
+
+def ubuntu_facts(version):
+    return {
+        "ansible_os_family": "Debian",
+        "ansible_distribution": "Ubuntu",
+        "ansible_distribution_major_version": version.split(".")[0],
+        "ansible_distribution_version": version,
+        "ansible_kernel": "6.8.0-45-generic",
+        "inventory_hostname": "gpu1",
+    }
+
+
+class RoleRenderer:
+    """Variables of a role as Ansible would see them: defaults < vars/main.yml < vars/<os>.yml < extra."""
+
+    def __init__(self, role, facts, os_vars_file=None, **extra):
+        self.role_dir = os.path.join(ROLES, role)
+        variables = {}
+        variables.update(self.load("defaults/main.yml"))
+        variables.update(self.load("vars/main.yml"))
+        if os_vars_file:
+            variables.update(self.load(os.path.join("vars", os_vars_file)))
+        variables.update(facts)
+        variables.update(extra)
+        variables.setdefault("role_path", self.role_dir)
+        variables.setdefault("ansible_search_path", [self.role_dir])
+        self.variables = variables
+        self.templar = Templar(loader=DataLoader(), variables=variables)
+
+    def load(self, rel):
+        path = os.path.join(self.role_dir, rel)
+        if not os.path.exists(path):
+            return {}
+        with open(path) as fh:
+            return yaml.safe_load(fh) or {}
+
+    def var(self, name):
+        return self.templar.template(self.variables[name])
+
+    def expr(self, text):
+        return self.templar.template(text)
+
+    def template(self, name):
+        with open(os.path.join(self.role_dir, "templates", name)) as fh:
+            return self.templar.template(fh.read(), preserve_trailing_newlines=True)
+
+    def tasks(self, rel):
+        with open(os.path.join(self.role_dir, "tasks", rel)) as fh:
+            return yaml.safe_load(fh)
+
+
+def flat_tasks(tasks):
+    for task in tasks:
+        yield task
+        for key in ("block", "rescue", "always"):
+            if key in task:
+                yield from flat_tasks(task[key])
+
+
+def el7(**extra):
+    return RoleRenderer("nvidia_driver", EL7_FACTS, "RedHat.yml", **extra)
+
+
+def debian(**extra):
+    return RoleRenderer("nvidia_driver", DEBIAN_FACTS, "Debian.yml", **extra)
+
+
+# --- interface -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["nvidia_driver", "nvidia_container_toolkit", "el7_bootstrap"])
+def test_defaults_are_prefixed_commented_and_match_the_argument_spec(role):
+    role_dir = os.path.join(ROLES, role)
+    with open(os.path.join(role_dir, "defaults", "main.yml")) as fh:
+        text = fh.read()
+    defaults = yaml.safe_load(text)
+    with open(os.path.join(role_dir, "meta", "argument_specs.yml")) as fh:
+        spec = yaml.safe_load(fh)["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(spec), set(defaults) ^ set(spec)
+    lines = text.splitlines()
+    for name in defaults:
+        assert name.startswith(role + "_")
+        index = next(i for i, line in enumerate(lines) if line.startswith(name + ":"))
+        assert lines[index - 1].startswith("#"), "%s has no comment above it" % name
+    for name, option in spec.items():
+        if "default" in option:
+            assert option["default"] == defaults[name], name
+        if "choices" in option:
+            assert defaults[name] in option["choices"]
+
+
+def test_default_driver_is_the_cuda_12_4_minimum_and_dkms_flavour():
+    r = el7()
+    assert r.var("nvidia_driver_version") == "550.54.14"
+    assert r.var("nvidia_driver_branch") == "550"
+    assert r.var("nvidia_driver_el7_flavor") == "dkms"
+    assert r.var("nvidia_driver_allow_reboot") is False
+
+
+# --- EL 7 packages, repository, versionlock ---------------------------------------------------------
+
+
+def test_el7_dkms_packages_are_the_latest_dkms_stream_pinned_to_the_version():
+    packages = el7().var("_nvidia_driver_el7_packages")["dkms"]
+    assert "nvidia-driver-latest-dkms-550.54.14" in packages
+    assert "kmod-nvidia-latest-dkms-550.54.14" in packages
+    assert "dkms" in packages and "gcc" in packages and "yum-plugin-versionlock" in packages
+    assert not [p for p in packages if "branch" in p or p == "yum-plugin-nvidia"]
+    nvidia = [p for p in packages if "nvidia" in p and not p.startswith("yum-plugin")]
+    assert nvidia and all(p.endswith("-550.54.14") for p in nvidia)
+
+
+def test_el7_kmod_packages_are_the_branch_stream_with_the_yum_plugin_and_the_kernel_kmod():
+    packages = el7().var("_nvidia_driver_el7_packages")["kmod"]
+    assert "yum-plugin-nvidia" in packages
+    assert "nvidia-driver-branch-550-550.54.14" in packages
+    assert "nvidia-driver-branch-550-cuda-550.54.14" in packages
+    assert "kmod-nvidia-550.54.14-3.10.0-1160.119.1" in packages
+    assert not [p for p in packages if "latest-dkms" in p or p in ("dkms", "gcc")]
+
+
+def test_el7_packages_follow_another_version_and_branch():
+    r = el7(nvidia_driver_version="535.216.03")
+    packages = r.var("_nvidia_driver_el7_packages")
+    assert "nvidia-driver-branch-535-535.216.03" in packages["kmod"]
+    assert "nvidia-driver-latest-dkms-535.216.03" in packages["dkms"]
+    assert not [p for p in packages["kmod"] + packages["dkms"] if "550" in p]
+
+
+@pytest.mark.parametrize("flavor", ["dkms", "kmod"])
+def test_el7_versionlock_entries_cover_every_pinned_nvidia_package(flavor):
+    r = el7()
+    packages = r.var("_nvidia_driver_el7_packages")[flavor]
+    locks = r.var("_nvidia_driver_el7_lock_names")[flavor]
+    # name-VERSION entries lock by name; the kmod entry carries the version inside its name.
+    pinned = sorted(
+        p[: -len("-550.54.14")] if p.endswith("-550.54.14") else p for p in packages if "550.54.14" in p
+    )
+    assert sorted(locks) == pinned
+    assert r.var("_nvidia_driver_kernel_lock_names")[:2] == ["kernel", "kernel-devel"]
+
+
+def test_el7_versionlock_task_adds_kernel_names_only_when_asked():
+    tasks = el7().tasks("versionlock-RedHat.yml")
+    argv = tasks[0]["ansible.builtin.command"]["argv"]
+    for lock_kernel, expect in ((True, True), (False, False)):
+        r = el7(nvidia_driver_versionlock_kernel=lock_kernel)
+        rendered = r.expr(argv)
+        # rpm expands the \\n escape of --qf itself
+        assert rendered[:4] == ["rpm", "-q", "--qf", "%{NAME}\\n"]
+        assert ("kernel" in rendered) is expect
+        assert "nvidia-driver-latest-dkms" in rendered
+    lock = tasks[1]["community.general.yum_versionlock"]
+    outputs = {
+        "stdout_lines": [
+            "nvidia-driver-latest-dkms",
+            "package nvidia-modprobe-latest-dkms is not installed",
+            "kernel",
+            "kernel",
+        ]
+    }
+    r = el7(_nvidia_driver_rpm_installed=outputs)
+    assert r.expr(lock["name"]) == ["nvidia-driver-latest-dkms", "kernel"]
+
+
+def test_el7_cuda_repository_uses_the_url_variables():
+    r = el7(nvidia_driver_el7_repo_url="http://mirror.lan/cuda/rhel7/x86_64")
+    repo = next(t for t in flat_tasks(r.tasks("setup-RedHat.yml")) if "ansible.builtin.yum_repository" in t)
+    args = r.expr(repo["ansible.builtin.yum_repository"])
+    assert args["baseurl"] == "http://mirror.lan/cuda/rhel7/x86_64"
+    assert args["gpgkey"] == "http://mirror.lan/cuda/rhel7/x86_64/D42D0685.pub"
+    assert args["gpgcheck"] is True
+
+
+def test_el7_refuses_dead_mirrorlists_before_any_yum_call():
+    tasks = list(flat_tasks(el7().tasks("setup-RedHat.yml")))
+    grep = tasks[0]["ansible.builtin.command"]["argv"]
+    pattern = grep[grep.index("-E") + 1]
+    assert re.search(
+        pattern.replace("[[:space:]]", r"\s"), "mirrorlist=http://mirrorlist.centos.org/?release=7"
+    )
+    assert not re.search(pattern.replace("[[:space:]]", r"\s"), "#mirrorlist=http://mirrorlist.centos.org/")
+    first_yum = next(i for i, t in enumerate(tasks) if "ansible.builtin.yum" in t)
+    assert first_yum > 1
+
+
+# --- nouveau --------------------------------------------------------------------------------------
+
+
+def test_blacklist_content_and_initramfs_commands():
+    text = el7().template("blacklist-nouveau.conf.j2")
+    body = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert body == ["blacklist nouveau", "options nouveau modeset=0"]
+    assert el7().var("_nvidia_driver_initramfs_command") == ["dracut", "--force"]
+    assert debian().var("_nvidia_driver_initramfs_command") == ["update-initramfs", "-u", "-k", "all"]
+    task = el7().tasks("nouveau.yml")[0]
+    assert task["notify"] == "Rebuild the initramfs without nouveau"
+    with open(os.path.join(ROLES, "nvidia_driver", "handlers", "main.yml")) as fh:
+        handlers = yaml.safe_load(fh)
+    assert "Rebuild the initramfs without nouveau" in [h["name"] for h in handlers]
+
+
+# --- Debian / Ubuntu ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "facts,vars_file,distro",
+    [
+        (DEBIAN_FACTS, "Debian.yml", "debian12"),
+        (ubuntu_facts("22.04"), "Ubuntu.yml", "ubuntu2204"),
+        (ubuntu_facts("24.04"), "Ubuntu.yml", "ubuntu2404"),
+    ],
+)
+def test_apt_cuda_repository_per_distribution(facts, vars_file, distro):
+    r = RoleRenderer("nvidia_driver", facts, vars_file)
+    url = "https://developer.download.nvidia.com/compute/cuda/repos/%s/x86_64" % distro
+    assert r.var("nvidia_driver_apt_repo_url") == url
+    lines = [line for line in r.template("nvidia-cuda.list.j2").splitlines() if line.startswith("deb ")]
+    assert lines == ["deb [signed-by=/etc/apt/keyrings/nvidia-cuda.asc] %s/ /" % url]
+    assert r.var("_nvidia_driver_apt_packages")["repo"] == ["cuda-drivers-550=550.54.14-*"]
+
+
+def test_apt_repository_local_unsigned_mirror():
+    r = debian(nvidia_driver_apt_repo_url="file:///srv/fake/cuda", nvidia_driver_apt_repo_trusted=True)
+    lines = [line for line in r.template("nvidia-cuda.list.j2").splitlines() if line.startswith("deb ")]
+    assert lines == ["deb [trusted=yes] file:///srv/fake/cuda/ /"]
+
+
+def test_apt_preferences_pin_driver_packages_to_the_version():
+    r = debian()
+    text = r.template("nvidia-driver.pref.j2")
+    fields = dict(line.split(": ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    assert fields["Pin"] == "version 550.54.14-*"
+    assert fields["Pin-Priority"] == "1001"
+    regex = fields["Package"]
+    assert regex.startswith("/") and regex.endswith("/")
+    matcher = re.compile(regex[1:-1])
+    for name in (
+        "nvidia-driver",
+        "nvidia-kernel-dkms",
+        "libcuda1",
+        "libnvidia-ml1",
+        "cuda-drivers-550",
+        "nvidia-driver-550",
+        "libnvidia-compute-550",
+        "firmware-nvidia-gsp",
+        "nvidia-persistenced",
+    ):
+        assert matcher.search(name), name
+    for name in ("cuda-toolkit-12-4", "docker.io", "linux-image-amd64"):
+        assert not matcher.search(name), name
+
+
+def test_distro_method_packages():
+    assert "nvidia-driver" in debian().var("_nvidia_driver_apt_packages")["distro"]
+    ubuntu = RoleRenderer("nvidia_driver", ubuntu_facts("22.04"), "Ubuntu.yml")
+    assert ubuntu.var("_nvidia_driver_apt_packages")["distro"] == [
+        "nvidia-headless-550-server",
+        "nvidia-utils-550-server",
+    ]
+
+
+def test_debian_hold_candidates_from_dpkg_output():
+    out = {
+        "stdout_lines": [
+            "installed cuda-drivers-550 550.54.14-1",
+            "installed nvidia-driver 550.54.14-1",
+            "installed nvidia-container-toolkit 1.17.8-1",
+            "config-files nvidia-old 550.54.14-1",
+            "installed linux-image-6.1.0-26-amd64 6.1.112-1",
+            "installed linux-image-amd64 6.1.112-1",
+        ]
+    }
+    r = debian(_nvidia_driver_dpkg_out=out)
+    holds = r.var("_nvidia_driver_hold_candidates")
+    assert holds[:2] == ["cuda-drivers-550", "nvidia-driver"]
+    assert "linux-image-amd64" in holds and "linux-image-6.1.0-26-amd64" in holds
+    installed = r.var("_nvidia_driver_installed_packages")
+    assert "nvidia-old" not in installed and "linux-headers-amd64" not in installed
+    task = r.tasks("versionlock-Debian.yml")[1]
+    assert r.expr(task["loop"]) == [
+        "cuda-drivers-550",
+        "nvidia-driver",
+        "linux-image-amd64",
+        "linux-image-6.1.0-26-amd64",
+    ]
+    no_kernel = debian(_nvidia_driver_dpkg_out=out, nvidia_driver_versionlock_kernel=False)
+    assert no_kernel.var("_nvidia_driver_hold_candidates") == ["cuda-drivers-550", "nvidia-driver"]
+
+
+# --- decisions ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "gpus,expected",
+    [
+        ({"present": True, "driver_version": "550.54.14", "count": 4}, True),
+        ({"present": True, "driver_version": "535.104.05", "count": 4}, False),
+        ({"present": True, "driver_version": "550.54.15", "count": 4}, False),
+        ({"present": False, "driver_version": None, "error": "nvidia-smi not found"}, False),
+        (None, False),
+    ],
+)
+def test_wanted_driver_loaded_decides_whether_anything_runs(gpus, expected):
+    extra = {} if gpus is None else {"llmops_gpus": gpus}
+    assert el7(**extra).var("_nvidia_driver_wanted_loaded") is expected
+
+
+def test_install_path_is_skipped_entirely_when_the_driver_is_right():
+    main = el7().tasks("main.yml")
+    install = next(t for t in main if t.get("ansible.builtin.include_tasks") == "install.yml")
+    assert install["when"] == "not (_nvidia_driver_wanted_loaded | bool)"
+    runs_always = [t for t in main if "when" not in t]
+    modules = {k for t in runs_always for k in t if k.startswith(("ansible.", "llmops.", "community."))}
+    assert modules == {"ansible.builtin.import_tasks", "ansible.builtin.include_vars"}
+    detect = el7().tasks("detect.yml")
+    assert [next(k for k in t if "." in k) for t in detect] == ["llmops.serving.gpu_facts"]
+
+
+@pytest.mark.parametrize(
+    "os_family,flavor,method,needed",
+    [
+        ("RedHat", "dkms", "repo", True),
+        ("RedHat", "kmod", "repo", False),
+        ("RedHat", "kmod", "runfile", True),
+        ("Debian", "dkms", "repo", True),
+        ("Debian", "dkms", "distro", True),
+    ],
+)
+def test_headers_needed(os_family, flavor, method, needed):
+    facts = dict(EL7_FACTS if os_family == "RedHat" else DEBIAN_FACTS)
+    r = RoleRenderer(
+        "nvidia_driver", facts, None, nvidia_driver_el7_flavor=flavor, nvidia_driver_install_method=method
+    )
+    assert r.var("_nvidia_driver_headers_needed") is needed
+
+
+def test_el7_kernel_mismatch_with_newer_kernel_installed_says_reboot_or_install():
+    facts = dict(EL7_FACTS, ansible_kernel="3.10.0-1160.el7.x86_64")
+    r = RoleRenderer(
+        "nvidia_driver",
+        facts,
+        "RedHat.yml",
+        _nvidia_driver_headers_out={"stdout_lines": ["3.10.0-1160.119.1.el7.x86_64"]},
+        # as `sort -V` on the host orders them
+        _nvidia_driver_kernels_out={
+            "stdout_lines": [
+                "3.10.0-1160.el7.x86_64",
+                "3.10.0-1160.99.1.el7.x86_64",
+                "3.10.0-1160.119.1.el7.x86_64",
+            ]
+        },
+    )
+    assert r.var("_nvidia_driver_headers_ok") is False
+    assert r.var("_nvidia_driver_kernel_newest") == "3.10.0-1160.119.1.el7.x86_64"
+    msg = " ".join(r.var("_nvidia_driver_headers_message").split())
+    assert "RUNNING kernel 3.10.0-1160.el7.x86_64" in msg
+    assert "installed for 3.10.0-1160.119.1.el7.x86_64" in msg
+    assert "reboot into it" in msg and "3.10.0-1160.119.1.el7.x86_64 has its headers" in msg
+    assert "`yum install kernel-devel-3.10.0-1160.el7.x86_64`" in msg
+
+
+def test_el7_kernel_headers_missing_on_newest_kernel_says_exactly_what_to_install():
+    r = el7(
+        _nvidia_driver_headers_out={"stdout_lines": ["package kernel-devel is not installed"]},
+        _nvidia_driver_kernels_out={"stdout_lines": ["3.10.0-1160.119.1.el7.x86_64"]},
+    )
+    assert r.var("_nvidia_driver_headers_versions") == []
+    msg = " ".join(r.var("_nvidia_driver_headers_message").split())
+    assert "installed for no kernel" in msg
+    assert "Install exactly: `yum install kernel-devel-3.10.0-1160.119.1.el7.x86_64`" in msg
+    assert "reboot into it" not in msg
+
+
+def test_el7_kernel_headers_present():
+    r = el7(_nvidia_driver_headers_out={"stdout_lines": ["3.10.0-1160.119.1.el7.x86_64"]})
+    assert r.var("_nvidia_driver_headers_ok") is True
+
+
+def test_debian_kernel_headers_parsed_from_dpkg_query():
+    r = debian(
+        _nvidia_driver_headers_out={
+            "stdout_lines": [
+                "installed linux-headers-6.1.0-25-amd64",
+                "installed linux-headers-6.1.0-25-common",
+                "installed linux-headers-amd64",
+                "not-installed linux-headers-6.1.0-26-amd64",
+            ]
+        },
+        _nvidia_driver_kernels_out={
+            "stdout_lines": [
+                "installed linux-image-6.1.0-25-amd64",
+                "installed linux-image-6.1.0-26-amd64",
+                "installed linux-image-amd64",
+            ]
+        },
+    )
+    assert r.var("_nvidia_driver_headers_versions") == ["6.1.0-25-amd64", "6.1.0-25-common"]
+    assert r.var("_nvidia_driver_headers_ok") is False
+    msg = " ".join(r.var("_nvidia_driver_headers_message").split())
+    assert "Install exactly: `apt-get install linux-headers-6.1.0-26-amd64`" in msg
+
+
+@pytest.mark.parametrize(
+    "gpus,module,nouveau,expected",
+    [
+        ({"present": True, "driver_version": "550.54.14"}, "550.54.14", False, []),
+        (
+            {"present": False, "driver_version": None, "error": "Driver/library version mismatch"},
+            "535.104.05",
+            False,
+            [
+                "nvidia-smi reports no usable driver (Driver/library version mismatch)",
+                "the loaded nvidia kernel module is 535.104.05, not 550.54.14",
+            ],
+        ),
+        (
+            {"present": False, "driver_version": None, "error": "No devices were found"},
+            "",
+            True,
+            ["nvidia-smi reports no usable driver (No devices were found)", "the nouveau module is loaded"],
+        ),
+        (
+            {"present": True, "driver_version": "535.104.05"},
+            "535.104.05",
+            False,
+            ["nvidia-smi reports driver 535.104.05", "the loaded nvidia kernel module is 535.104.05"],
+        ),
+    ],
+)
+def test_reboot_reasons(gpus, module, nouveau, expected):
+    r = el7(
+        llmops_gpus=gpus,
+        _nvidia_driver_module_version={"stdout": module + "\n"},
+        _nvidia_driver_nouveau={"stat": {"exists": nouveau}},
+    )
+    reasons = r.var("_nvidia_driver_reboot_reasons")
+    assert len(reasons) == len(expected)
+    for reason, start in zip(reasons, expected, strict=True):
+        assert reason.startswith(start), reason
+    assert r.var("_nvidia_driver_reboot_reasons_now") == reasons
+    before = el7(
+        llmops_gpus=gpus,
+        _nvidia_driver_module_version={"stdout": module},
+        _nvidia_driver_nouveau={"stat": {"exists": nouveau}},
+        _nvidia_driver_reboot_stage="before-runfile",
+    )
+    assert len(before.var("_nvidia_driver_reboot_reasons_now")) == (1 if nouveau else 0)
+
+
+def test_reboot_is_gated_by_allow_reboot_and_failure_names_the_reasons():
+    tasks = el7().tasks("reboot.yml")
+    fail = next(t for t in tasks if "ansible.builtin.fail" in t)
+    reboot = next(t for t in tasks if "ansible.builtin.reboot" in t)
+    assert "not (nvidia_driver_allow_reboot | bool)" in fail["when"]
+    assert "nvidia_driver_allow_reboot | bool" in reboot["when"]
+    r = el7(
+        llmops_gpus={"present": False, "error": "Driver/library version mismatch"},
+        _nvidia_driver_module_version={"stdout": "535.104.05"},
+        _nvidia_driver_nouveau={"stat": {"exists": False}},
+    )
+    msg = " ".join(r.expr(fail["ansible.builtin.fail"]["msg"]).split())
+    assert msg.startswith("A reboot is pending on gpu1: NVIDIA driver 550.54.14 is installed")
+    assert "the loaded nvidia kernel module is 535.104.05" in msg
+    assert "nvidia_driver_allow_reboot=true" in msg
+    confirm = next(t for t in tasks if "block" in t)
+    facts = confirm["block"][0]["llmops.serving.gpu_facts"]
+    assert facts["required"] is True and r.expr(facts["min_driver_version"]) == "550.54.14"
+
+
+def test_runfile_paths_and_arguments():
+    r = el7(nvidia_driver_install_method="runfile", nvidia_driver_runfile_src="http://mirror.lan/NVIDIA.run")
+    assert (
+        r.var("_nvidia_driver_runfile_path")
+        == "/var/cache/llmops/nvidia-driver/NVIDIA-Linux-x86_64-550.54.14.run"
+    )
+    task = next(t for t in r.tasks("runfile.yml") if t["name"] == "Run the NVIDIA installer")
+    argv = r.expr(task["ansible.builtin.command"]["argv"])
+    assert argv[:2] == ["sh", "/var/cache/llmops/nvidia-driver/NVIDIA-Linux-x86_64-550.54.14.run"]
+    assert "--silent" in argv and "--dkms" in argv
+    unit = r.template("nvidia-persistenced.service.j2")
+    assert "ExecStart=/usr/bin/nvidia-persistenced" in unit and "WantedBy=multi-user.target" in unit
+
+
+@pytest.mark.parametrize(
+    "facts,ok",
+    [
+        (EL7_FACTS, True),
+        (DEBIAN_FACTS, True),
+        (ubuntu_facts("22.04"), True),
+        (ubuntu_facts("24.04"), True),
+        (ubuntu_facts("20.04"), False),
+        (dict(EL7_FACTS, ansible_distribution_major_version="8"), False),
+        (dict(DEBIAN_FACTS, ansible_distribution_major_version="11"), False),
+    ],
+)
+def test_supported_platforms(facts, ok):
+    r = RoleRenderer("nvidia_driver", facts)
+    task = r.tasks("validate.yml")[0]
+    results = [r.expr("{{ %s }}" % cond) for cond in task["ansible.builtin.assert"]["that"]]
+    assert all(results) is ok
+
+
+def test_headers_reread_after_install_wins_unless_skipped():
+    before = {"stdout_lines": ["package kernel-devel is not installed"]}
+    after = {"stdout_lines": ["3.10.0-1160.119.1.el7.x86_64"]}
+    assert (
+        el7(_nvidia_driver_headers_out=before, _nvidia_driver_headers_out_after=after).var(
+            "_nvidia_driver_headers_ok"
+        )
+        is True
+    )
+    present = {"stdout_lines": ["3.10.0-1160.119.1.el7.x86_64"]}
+    skipped = {"skipped": True, "changed": False}
+    assert (
+        el7(_nvidia_driver_headers_out=present, _nvidia_driver_headers_out_after=skipped).var(
+            "_nvidia_driver_headers_ok"
+        )
+        is True
+    )
+
+
+NO_PACKAGE = "No package kernel-devel-3.10.0-1160.119.1.el7.x86_64 available."
+
+
+def test_headers_message_reports_a_failed_install():
+    r = el7(
+        _nvidia_driver_headers_out={"stdout_lines": []},
+        _nvidia_driver_kernels_out={"stdout_lines": ["3.10.0-1160.119.1.el7.x86_64"]},
+        _nvidia_driver_headers_install_error=NO_PACKAGE,
+    )
+    msg = " ".join(r.var("_nvidia_driver_headers_message").split())
+    assert (
+        "(installing it failed here: No package kernel-devel-3.10.0-1160.119.1.el7.x86_64 available.)" in msg
+    )
+    off = el7(_nvidia_driver_headers_out={"stdout_lines": []}, nvidia_driver_kernel_headers_install=False)
+    assert "or set nvidia_driver_kernel_headers_install: true" in " ".join(
+        off.var("_nvidia_driver_headers_message").split()
+    )
+
+
+def test_runfile_waits_for_a_reboot_away_from_nouveau():
+    tasks = el7().tasks("reboot.yml")
+    fail = next(t for t in tasks if "ansible.builtin.fail" in t)
+    r = el7(
+        llmops_gpus={"present": False, "error": "nvidia-smi not found"},
+        _nvidia_driver_module_version={"stdout": ""},
+        _nvidia_driver_nouveau={"stat": {"exists": True}},
+        _nvidia_driver_reboot_stage="before-runfile",
+    )
+    msg = " ".join(r.expr(fail["ansible.builtin.fail"]["msg"]).split())
+    assert "NVIDIA driver 550.54.14 cannot be installed yet because the nouveau module is loaded" in msg
+    runfile = el7().tasks("runfile.yml")
+    order = [t["name"] for t in runfile]
+    assert order.index("Reboot away from nouveau before running the installer") < order.index(
+        "Run the NVIDIA installer"
+    )
