@@ -8,3 +8,9 @@ if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+# Load the collection loader once for every test module, with the checkout on the collections path:
+# tests that use Ansible's templar/loader and tests that import the collection directly then agree.
+from ansible.plugins.loader import init_plugin_loader  # noqa: E402
+
+init_plugin_loader([COLLECTIONS])

@@ -22,12 +22,14 @@ up() {
   tests/demo/hub.sh start "$HUB_PORT"
   if [ "$(docker inspect -f '{{.State.Running}}' "$NODE" 2>/dev/null)" != "true" ]; then
     docker rm -f "$NODE" >/dev/null 2>&1 || true
-    src=$(python -m tests.fixtures.llama_cpp_source)
+    python -m tests.fixtures.llama_cpp_source >/dev/null
     mkdir -p "$ROOT/.cache/ci-llama"
     echo "starting the container $NODE (systemd, fake 4x L20)"
     docker run -d --name "$NODE" --hostname "$NODE" --cap-add SYS_ADMIN --cgroupns=host \
       -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock --tmpfs /tmp --network host \
-      -v "$src:/srv/llama.cpp-src:ro" -v "$ROOT/.cache/ci-llama:/var/cache/llmops/llama.cpp" \
+      --ulimit memlock=-1:-1 \
+      -v "$ROOT/.cache/llama_cpp_python-0.3.36:$ROOT/.cache/llama_cpp_python-0.3.36:ro" \
+      -v "$ROOT/.cache/ci-llama:$ROOT/.cache/ci-llama" \
       llmops-test/debian12:latest >/dev/null
     ansible-playbook -i inventories/local molecule/shared/prepare.yml -e fake_gpu_profile=l20x4
   fi

@@ -286,3 +286,76 @@ def test_fixture_repo_builds_flat_indexes_with_pinned_versions(tmp_path):
     cuda = (out / "cuda" / "debian12" / "x86_64" / "Packages").read_text()
     assert "Package: cuda-drivers-550\nVersion: 550.54.14-1" in cuda
     assert (out / "kernel" / "linux-headers-6.1.0-99-amd64_6.1.0-99-amd64_all.deb").exists()
+
+
+# --- the daemon.json tasks run for real (connection local) with the fake nvidia-ctk on PATH -------------
+
+PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
+
+
+def run_daemon_tasks(tmp_path, extra_vars=""):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shutil.copy(FAKE_CTK, bin_dir / "nvidia-ctk")
+    (bin_dir / "nvidia-ctk").chmod(0o755)
+    play = tmp_path / "play.yml"
+    play.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  connection: local\n  tasks:\n"
+        "    - ansible.builtin.include_role:\n"
+        "        name: llmops.serving.nvidia_container_toolkit\n        tasks_from: daemon.yml\n"
+        "      vars:\n"
+        "        nvidia_container_toolkit_daemon_json: %s\n"
+        "        nvidia_container_toolkit_docker_service_manage: false\n%s"
+        % (tmp_path / "etc" / "docker" / "daemon.json", extra_vars)
+    )
+    env = dict(
+        os.environ,
+        PATH="%s:%s" % (bin_dir, os.environ["PATH"]),
+        ANSIBLE_NOCOLOR="1",
+        FAKE_NVIDIA_CTK_LOG=str(tmp_path / "ctk.log"),
+        ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+    )
+    result = subprocess.run(
+        [PLAYBOOK, "-i", "localhost,", "-e", "ansible_python_interpreter=%s" % sys.executable, str(play)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    recap = [x for x in result.stdout.splitlines() if x.startswith("localhost") and "changed=" in x]
+    changed = int(recap[-1].split("changed=")[1].split()[0]) if recap else None
+    return result, changed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the tasks create root-owned files")
+def test_daemon_tasks_merge_once_then_change_nothing(tmp_path):
+    config = tmp_path / "etc" / "docker" / "daemon.json"
+    config.parent.mkdir(parents=True)
+    config.write_text('{"registry-mirrors": ["https://mirror.lan"], "log-opts": {"max-size": "50m"}}\n')
+    options = '        nvidia_container_toolkit_daemon_options: {"log-opts": {"max-file": "3"}}\n'
+    first, changed = run_daemon_tasks(tmp_path, options)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert changed == 2  # nvidia-ctk, then the merge of the role's options
+    data = json.loads(config.read_text())
+    assert data == {
+        "registry-mirrors": ["https://mirror.lan"],
+        "log-opts": {"max-size": "50m", "max-file": "3"},
+        "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
+    }
+    second, changed = run_daemon_tasks(tmp_path, options)
+    assert second.returncode == 0 and changed == 0, second.stdout
+    assert len((tmp_path / "ctk.log").read_text().splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the tasks create root-owned files")
+def test_daemon_tasks_refuse_a_broken_daemon_json(tmp_path):
+    config = tmp_path / "etc" / "docker" / "daemon.json"
+    config.parent.mkdir(parents=True)
+    config.write_text('{"registry-mirrors": [')
+    result, _ = run_daemon_tasks(tmp_path)
+    assert result.returncode != 0
+    assert "is not a JSON object, so it cannot be merged" in result.stdout
+    assert config.read_text() == '{"registry-mirrors": ['
+    assert not (tmp_path / "ctk.log").exists()

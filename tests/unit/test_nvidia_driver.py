@@ -13,7 +13,9 @@ from ansible.template import Templar
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = os.path.join(ROOT, "roles")
 
-init_plugin_loader()
+if not getattr(init_plugin_loader, "_llmops_done", False):
+    init_plugin_loader()
+    init_plugin_loader._llmops_done = True
 
 EL7_FACTS = {
     "ansible_os_family": "RedHat",
