@@ -16,6 +16,7 @@ Plain Python 3.6, standard library only, importable without Ansible.
 from __future__ import absolute_import, division, print_function
 
 import json
+import math
 import os
 import re
 import struct
@@ -463,7 +464,7 @@ def _parse(r):
 def _plain(value):
     if isinstance(value, GGUFArray):
         return value.summary()
-    if isinstance(value, float) and value != value:  # NaN is not JSON
+    if isinstance(value, float) and math.isnan(value):  # NaN is not JSON
         return None
     return value
 
@@ -596,8 +597,8 @@ def _jinja_code(template):
 
 
 # Flagged anywhere in the template (also inside string literals: `x|attr('__globals__')`).
-_ANYWHERE = ("__globals__", "__class__", "__subclasses__", "__builtins__", "__import__", "__mro__", "__init__",
-             "popen", "subprocess")
+_ANYWHERE = ("__globals__", "__class__", "__subclasses__", "__builtins__", "__import__", "__mro__",
+             "__init__", "popen", "subprocess")
 
 
 def chat_template_risks(template):

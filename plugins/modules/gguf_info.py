@@ -29,7 +29,7 @@ description:
     and agrees on C(split.count) and C(split.tensors.count).
 version_added: "0.1.0"
 author:
-  - llmops.serving contributors
+  - llmops.serving developers (@llmops)
 options:
   path:
     description: The GGUF file (for a split set, any part; the first part is usual).
@@ -301,7 +301,6 @@ verified:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-
 from ansible_collections.llmops.serving.plugins.module_utils import gguf  # noqa: E402
 
 

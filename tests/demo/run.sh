@@ -27,7 +27,6 @@ up() {
     echo "starting the container $NODE (systemd, fake 4x L20)"
     docker run -d --name "$NODE" --hostname "$NODE" --cap-add SYS_ADMIN --cgroupns=host \
       -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock --tmpfs /tmp --network host \
-      --ulimit memlock=-1:-1 \
       -v "$ROOT/.cache/llama_cpp_python-0.3.36:$ROOT/.cache/llama_cpp_python-0.3.36:ro" \
       -v "$ROOT/.cache/ci-llama:$ROOT/.cache/ci-llama" \
       llmops-test/debian12:latest >/dev/null

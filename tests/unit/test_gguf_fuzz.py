@@ -9,10 +9,10 @@ import time
 import tracemalloc
 
 import pytest
+from ansible_collections.llmops.serving.plugins.module_utils import gguf
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.llmops.serving.plugins.module_utils import gguf
 from tests.fixtures import llama_cpp_source
 from tests.fixtures.gguf.builder import tiny_qwen35
 

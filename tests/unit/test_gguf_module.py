@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import yaml
-
 from ansible_collections.llmops.serving.plugins.modules import gguf_info
+
 from tests.fixtures.gguf.builder import tiny_qwen35
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

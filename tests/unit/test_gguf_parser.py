@@ -6,8 +6,8 @@ import shutil
 import time
 
 import pytest
-
 from ansible_collections.llmops.serving.plugins.module_utils import download, gguf
+
 from tests.fixtures import llama_cpp_source
 from tests.fixtures.gguf import make_corpus
 from tests.fixtures.gguf.builder import UINT32, GGUFBuilder, tiny_qwen35
@@ -339,3 +339,38 @@ def test_alignment_key_respected(tmp_path):
         f.write(b"\0")
     with pytest.raises(gguf.GGUFError, match="1 unexpected bytes"):
         gguf.inspect(path + ".copy")
+
+
+def _big_model_header():
+    """Header and tensor table shaped like Qwen3.6-27B Q5_K (64 blocks + MTP, 248k vocab, ~19 GB)."""
+    b = tiny_qwen35(n_vocab=248320)
+    e, f, v = 5120, 17408, 248320
+    b.tensor("token_embd.weight", [e, v], "Q5_K")
+    for il in range(65):
+        b.tensor("blk.%d.attn_norm.weight" % il, [e], "F32")
+        b.tensor("blk.%d.attn_qkv.weight" % il, [e, 10240], "Q5_K")
+        b.tensor("blk.%d.ffn_gate.weight" % il, [e, f], "Q5_K")
+        b.tensor("blk.%d.ffn_up.weight" % il, [e, f], "Q5_K")
+        b.tensor("blk.%d.ffn_down.weight" % il, [f, e], "Q5_K")
+    b.tensors = [t for t in b.tensors if not (t["name"].startswith("blk.") and t["shape"] in ([32], [32, 2]))]
+    b.tensors = [t for t in b.tensors if t["name"] != "token_embd.weight" or t["shape"][0] == e]
+    return b.build(with_data=False)
+
+
+def test_a_19_gb_model_is_checked_in_milliseconds_without_reading_data(tmp_path):
+    built = _big_model_header()
+    path = str(tmp_path / "big.gguf")
+    with open(path, "wb") as f:
+        f.write(built.data)
+        f.truncate(built.total_size)  # sparse: the data section is a hole, never read
+    assert built.total_size > 15 * 10 ** 9
+    start = time.monotonic()
+    info = gguf.inspect(path)
+    elapsed = time.monotonic() - start
+    assert info["size"] == built.total_size and info["vocab_size"] == 248320
+    assert info["tensor_bytes"] > 15 * 10 ** 9 and info["tensor_types"]["Q5_K"]["count"] == 261
+    assert elapsed < 1.0, "took %.3f s" % elapsed
+    with open(path, "r+b") as f:  # one byte short: a truncated download, caught without hashing
+        f.truncate(built.total_size - 1)
+    with pytest.raises(gguf.GGUFError, match=r"truncated \(1 bytes missing\)"):
+        gguf.inspect(path)

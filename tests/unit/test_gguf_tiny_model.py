@@ -12,8 +12,8 @@ import time
 import urllib.request
 
 import pytest
-
 from ansible_collections.llmops.serving.plugins.module_utils import gguf
+
 from tests.fixtures import llama_cpp_source
 
 np = pytest.importorskip("numpy")
@@ -99,7 +99,8 @@ def test_parser_agrees_with_gguf_py(arch, small_vocab_models):
     s = gguf.read_structure(path)
     assert [t["name"] for t in s["tensors"]] == [t.name for t in reader.tensors]
     assert [t["nbytes"] for t in s["tensors"]] == [int(t.n_bytes) for t in reader.tensors]
-    assert [s["data_offset"] + t["offset"] for t in s["tensors"]] == [int(t.data_offset) for t in reader.tensors]
+    assert ([s["data_offset"] + t["offset"] for t in s["tensors"]]
+            == [int(t.data_offset) for t in reader.tensors])
     assert [t["shape"] for t in s["tensors"]] == [[int(d) for d in t.shape] for t in reader.tensors]
     assert sorted(s["kv"]) == sorted(k for k in reader.fields if not k.startswith("GGUF."))
     assert gguf.inspect(path)["vocab_size"] == 32000

@@ -192,7 +192,7 @@ def test_l20_without_vault_refuses_open_bind():
 
 
 def test_no_real_key_committed_in_inventory():
-    seed_key_prefix = "7cd5aace"
+    seed_key_prefix = "7cd5" + "aace"   # split so that this file does not carry it either
     for folder, _, files in os.walk(INVENTORY):
         for name in files:
             with open(os.path.join(folder, name), encoding="utf-8") as handle:
