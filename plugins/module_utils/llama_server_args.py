@@ -105,8 +105,8 @@ FLAGS = OrderedDict([
     ("jinja", _f("--jinja", "bool", negative="--no-jinja")),
     ("chat_template_kwargs", _f("--chat-template-kwargs", "json")),
     ("reasoning", _f("--reasoning", "onoff", aliases=("-rea",), choices=ONOFF)),
-    ("reasoning_format", _f("--reasoning-format", "choice", choices=("none", "deepseek", "deepseek-legacy",
-                                                                      "auto"))),
+    ("reasoning_format", _f("--reasoning-format", "choice",
+                            choices=("none", "deepseek", "deepseek-legacy", "auto"))),
     # --- server ----------------------------------------------------------------------------------------
     ("metrics", _f("--metrics", "switch")),
     ("slots", _f("--slots", "bool", negative="--no-slots")),
@@ -264,11 +264,10 @@ def normalize_settings(settings):
             raise LlamaServerArgsError(
                 "setting %s is an instance field: set `%s` on the instance, not under settings" % (key, key))
         if key not in FLAGS and key not in FOLDED_KEYS:
+            known = sorted(k for k in FLAGS if k not in MANAGED_KEYS) + list(FOLDED_KEYS)
             raise LlamaServerArgsError(
                 "unknown llama-server setting %r; known settings: %s. Options the table does not know go to "
-                "the instance's extra_args list" % (key, ", ".join(sorted(k for k in FLAGS
-                                                                         if k not in MANAGED_KEYS)
-                                                                  + list(FOLDED_KEYS))))
+                "the instance's extra_args list" % (key, ", ".join(known)))
     settings = _fold_template_kwargs(_fold_load_mode(settings))
     return dict((k, v) for k, v in settings.items() if v is not None)
 
@@ -477,7 +476,7 @@ def is_loopback(host):
 
 def connect_host(host):
     """Where a client on the node reaches a server bound to `host`."""
-    first = str(host).split(",")[0].strip()
+    first = str(host).split(",", 1)[0].strip()
     if first in ("0.0.0.0", ""):
         return "127.0.0.1"
     if first in ("::", "[::]"):

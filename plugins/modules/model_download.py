@@ -28,7 +28,7 @@ description:
     (result RV(update_available)) unless O(update=true).
 version_added: "0.1.0"
 author:
-  - llmops.serving contributors
+  - llmops.serving developers (@llmops)
 options:
   repo:
     description: Hub repository, C(org/name), for example C(unsloth/Qwen3.6-27B-MTP-GGUF); with O(filename).

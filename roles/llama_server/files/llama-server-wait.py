@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Wait until a llama-server instance answers GET /health with 200, or fail fast when its unit died.
 
 llama-server answers 503 while it loads the model and 200 once it serves. This script polls /health and,
