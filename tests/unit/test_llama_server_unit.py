@@ -6,7 +6,6 @@ test_inventory_l20.py, which renders the L20 inventory's unit and compares it wi
 import os
 import re
 import shlex
-import sys
 
 import pytest
 import yaml
@@ -15,24 +14,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ROLE = os.path.join(ROOT, "roles", "llama_server")
 SECRET = "unit-test-key-9f1c2b7e4d"
 
-_loaded = {}
 
 
 def _templar(variables):
     from ansible.parsing.dataloader import DataLoader
-    from ansible.plugins.loader import init_plugin_loader
     from ansible.template import Templar
 
-    if "init" not in _loaded:
-        # Modules imported earlier through plain sys.path (tests/conftest.py) lack the collection metadata
-        # Ansible's loader needs to resolve llmops.serving.* filters: let its finder import them again.
-        for name in list(sys.modules):
-            if name == "ansible_collections" or name.startswith("ansible_collections."):
-                loader = getattr(sys.modules[name], "__loader__", None)
-                if not type(loader).__name__.startswith("_Ansible"):
-                    del sys.modules[name]
-        init_plugin_loader([os.path.join(ROOT, "collections")])
-        _loaded["init"] = True
+    # tests/conftest.py installed Ansible's collection loader with the checkout first.
     loader = DataLoader()
     loader.set_basedir(ROLE)
     return Templar(loader=loader, variables=variables)

@@ -7,15 +7,10 @@ import re
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
-from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = os.path.join(ROOT, "roles")
-
-if not getattr(init_plugin_loader, "_llmops_done", False):
-    init_plugin_loader()
-    init_plugin_loader._llmops_done = True
 
 EL7_FACTS = {
     "ansible_os_family": "RedHat",
