@@ -14,6 +14,7 @@ case "${1:-}" in
   start)
     port=${2:-18080}
     mkdir -p "$DIR"
+    mkdir -p "$(dirname "$model")"
     [ -f "$model" ] || "$PY" -m tests.fixtures.gguf.make_tiny_model --arch qwen35 --out "$model"
     if [ ! -f "$DIR/api-key" ]; then
       (umask 077; "$PY" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$DIR/api-key")
