@@ -9,37 +9,16 @@ import subprocess
 import sys
 
 import pytest
-import yaml
+
+from tests.helpers import load_yaml, role_templar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "llama_cpp")
 COLLECTIONS = os.path.join(ROOT, "collections")
 MODULE = os.path.join(ROOT, "plugins", "modules", "llama_cpp_build_id.py")
 
-_loaded = {}
-
-
 def _templar(variables):
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.plugins.loader import init_plugin_loader
-    from ansible.template import Templar
-
-    if "init" not in _loaded:
-        for name in list(sys.modules):
-            if name == "ansible_collections" or name.startswith("ansible_collections."):
-                loader = getattr(sys.modules[name], "__loader__", None)
-                if not type(loader).__name__.startswith("_Ansible"):
-                    del sys.modules[name]
-        init_plugin_loader([COLLECTIONS])
-        _loaded["init"] = True
-    loader = DataLoader()
-    loader.set_basedir(ROLE)
-    return Templar(loader=loader, variables=variables)
-
-
-def load_yaml(path):
-    with open(path) as handle:
-        return yaml.safe_load(handle) or {}
+    return role_templar(ROLE, variables)
 
 
 def run_module(tmp_path, args):

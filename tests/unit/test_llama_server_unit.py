@@ -8,7 +8,8 @@ import re
 import shlex
 
 import pytest
-import yaml
+
+from tests.helpers import load_yaml, role_templar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "llama_server")
@@ -16,19 +17,9 @@ SECRET = "unit-test-key-9f1c2b7e4d"
 
 
 
+
 def _templar(variables):
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar
-
-    # tests/conftest.py installed Ansible's collection loader with the checkout first.
-    loader = DataLoader()
-    loader.set_basedir(ROLE)
-    return Templar(loader=loader, variables=variables)
-
-
-def load_yaml(path):
-    with open(path) as handle:
-        return yaml.safe_load(handle) or {}
+    return role_templar(ROLE, variables)
 
 
 def role_vars(extra=None, os_family="Debian"):
