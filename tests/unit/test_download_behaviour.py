@@ -28,16 +28,6 @@ SIZE = 2 * MIB + 77
 
 
 @pytest.fixture
-def hub(tmp_path):
-    yield from start_hub(tmp_path)
-
-
-@pytest.fixture
-def dest(tmp_path):
-    return make_dest(tmp_path)
-
-
-@pytest.fixture
 def model(hub):
     return hub.add_file("org/m/model.gguf", SIZE, seed=3)
 

@@ -10,24 +10,12 @@ from tests.fixtures.fake_hub.helpers import (
     assert_final_good_or_absent,
     body_bytes,
     dl,
-    make_dest,
     params,
     quarantined,
     sha256_of,
-    start_hub,
 )
 
 SIZE = 3 * MIB + 4321
-
-
-@pytest.fixture
-def hub(tmp_path):
-    yield from start_hub(tmp_path)
-
-
-@pytest.fixture
-def dest(tmp_path):
-    return make_dest(tmp_path)
 
 
 @pytest.fixture
