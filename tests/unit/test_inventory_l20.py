@@ -204,7 +204,7 @@ def test_no_real_key_committed_in_inventory():
 def test_l20_inventory_describes_host_and_model_source():
     group = yaml.safe_load(open(os.path.join(INVENTORY, "group_vars", "l20", "main.yml")))
     hosts = yaml.safe_load(open(os.path.join(INVENTORY, "hosts.yml")))
-    assert "l20-node-01" in hosts["all"]["children"]["l20"]["hosts"]
+    assert "l20-node-01" in hosts["all"]["children"]["llm_nodes"]["children"]["l20"]["hosts"]
     assert group["llama_cpp_build_mode"] == "container"
     (model,) = group["model_models"]
     assert model["repo"] == "unsloth/Qwen3.6-27B-MTP-GGUF"
