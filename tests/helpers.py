@@ -15,3 +15,23 @@ def role_templar(role_dir, variables):
 def load_yaml(path):
     with open(path) as handle:
         return yaml.safe_load(handle) or {}
+
+
+def run_local_playbook(play, path_prefix, extra_env=None, extra_args=()):
+    """Run a playbook against localhost with the checkout's ansible.cfg and fake tools first on PATH.
+
+    Returns the CompletedProcess and the localhost recap as a dict (ok, changed, failed, ...)."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PATH="%s:%s" % (path_prefix, os.environ["PATH"]), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CONFIG=os.path.join(root, "ansible.cfg"), **(extra_env or {}))
+    playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    argv = [playbook, "-i", "localhost,"] + list(extra_args) + [str(play)]
+    result = subprocess.run(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True, timeout=120, check=False)
+    recap = [line for line in result.stdout.splitlines() if line.startswith("localhost") and "ok=" in line]
+    stats = dict(item.split("=") for item in recap[-1].split(":", 1)[1].split()) if recap else {}
+    return result, {k: int(v) for k, v in stats.items()}

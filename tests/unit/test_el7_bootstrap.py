@@ -3,14 +3,13 @@ run for real with ansible-playbook (connection local) against a fake EL 7 tree: 
 a fake os-release, and rpm/yum test doubles first on PATH (the raw scripts call them by name)."""
 
 import os
-import subprocess
 import textwrap
 
 import pytest
 
+from tests.helpers import run_local_playbook
 from tests.unit.test_nvidia_driver import ROOT, RoleRenderer
 
-PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
 MIRROR = "http://mirror.lan/centos-vault/7.9.2009"
 
 
@@ -145,24 +144,7 @@ def run_role(tree, **role_vars):
         "      %s: %s" % (k, v if not isinstance(v, bool) else str(v).lower()) for k, v in params.items()
     ]
     play.write_text("\n".join(lines) + "\n")
-    env = dict(
-        os.environ,
-        PATH="%s:%s" % (tree / "bin", os.environ["PATH"]),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-    )
-    result = subprocess.run(
-        [PLAYBOOK, "-i", "localhost,", str(play)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    recap = [line for line in result.stdout.splitlines() if line.startswith("localhost") and "ok=" in line]
-    stats = dict(item.split("=") for item in recap[-1].split(":", 1)[1].split()) if recap else {}
-    return result, {k: int(v) for k, v in stats.items()}
+    return run_local_playbook(play, tree / "bin")
 
 
 def test_role_rewrites_repos_installs_python_then_changes_nothing(el7_tree):

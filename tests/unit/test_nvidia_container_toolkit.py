@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from tests.helpers import run_local_playbook
 from tests.unit.test_nvidia_driver import DEBIAN_FACTS, EL7_FACTS, ROOT, RoleRenderer, flat_tasks
 
 FAKE_CTK = os.path.join(ROOT, "tests", "fixtures", "apt_repo", "nvidia-ctk")
@@ -290,7 +291,6 @@ def test_fixture_repo_builds_flat_indexes_with_pinned_versions(tmp_path):
 
 # --- the daemon.json tasks run for real (connection local) with the fake nvidia-ctk on PATH -------------
 
-PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
 
 
 def run_daemon_tasks(tmp_path, extra_vars=""):
@@ -308,25 +308,10 @@ def run_daemon_tasks(tmp_path, extra_vars=""):
         "        nvidia_container_toolkit_docker_service_manage: false\n%s"
         % (tmp_path / "etc" / "docker" / "daemon.json", extra_vars)
     )
-    env = dict(
-        os.environ,
-        PATH="%s:%s" % (bin_dir, os.environ["PATH"]),
-        ANSIBLE_NOCOLOR="1",
-        FAKE_NVIDIA_CTK_LOG=str(tmp_path / "ctk.log"),
-        ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-    )
-    result = subprocess.run(
-        [PLAYBOOK, "-i", "localhost,", "-e", "ansible_python_interpreter=%s" % sys.executable, str(play)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    recap = [x for x in result.stdout.splitlines() if x.startswith("localhost") and "changed=" in x]
-    changed = int(recap[-1].split("changed=")[1].split()[0]) if recap else None
-    return result, changed
+    result, stats = run_local_playbook(
+        play, bin_dir, extra_env={"FAKE_NVIDIA_CTK_LOG": str(tmp_path / "ctk.log")},
+        extra_args=["-e", "ansible_python_interpreter=%s" % sys.executable])
+    return result, stats.get("changed")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the tasks create root-owned files")
