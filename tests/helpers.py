@@ -1,6 +1,11 @@
 """Helpers shared by the unit tests that render roles with Ansible's own machinery."""
 import yaml
 
+# The keys of llmops_gpus that the other roles read (the contract of gpu_facts; DESIGN's fact table).
+GPU_FACT_KEYS = frozenset(
+    ["present", "count", "driver_version", "cuda_version", "archs", "compute_caps", "homogeneous", "error",
+     "gpus"])
+
 
 def role_templar(role_dir, variables):
     """A Templar rooted at a role, with the collection loader that tests/conftest.py installed."""

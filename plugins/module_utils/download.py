@@ -1000,11 +1000,16 @@ def free_space_check(dest, plans, margin):
 # ---------------------------------------------------------------------------------------------
 # Top level
 # ---------------------------------------------------------------------------------------------
-def read_sidecar(t):
-    rec = _read_json(sidecar_path(t.final_path))
+def read_sidecar_record(final_path):
+    """The sidecar record of final_path, or None when it is absent, unreadable or of another version."""
+    rec = _read_json(sidecar_path(final_path))
     if not rec or rec.get("version") != SIDECAR_VERSION:
         return None
     return rec
+
+
+def read_sidecar(t):
+    return read_sidecar_record(t.final_path)
 
 
 def sidecar_matches_file(rec, path):
@@ -1016,14 +1021,30 @@ def sidecar_matches_file(rec, path):
             and rec.get("inode") == st.st_ino and bool(rec.get("sha256")))
 
 
-def write_sidecar(t, sha):
-    st = os.stat(t.final_path)
-    rec = {"version": SIDECAR_VERSION, "file": os.path.basename(t.final_path), "size": st.st_size,
-           "mtime_ns": st.st_mtime_ns, "inode": st.st_ino, "sha256": sha, "commit": t.commit,
-           "etag": t.etag, "source": t.source, "source_url": t.source_url,
-           "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    _write_json_atomic(sidecar_path(t.final_path), rec)
+# Where a verified file came from; kept by writers that re-verify unchanged content (gguf_info).
+SIDECAR_PROVENANCE = ("commit", "etag", "source", "source_url")
+
+
+def write_sidecar_record(final_path, sha, **provenance):
+    """Record that final_path (as it is now: size, mtime, inode) has sha256 `sha`, with its provenance.
+    The one writer of the record that model_download and gguf_info share; owned like the file."""
+    st = os.stat(final_path)
+    rec = dict(provenance)
+    rec.update({"version": SIDECAR_VERSION, "file": os.path.basename(final_path), "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns, "inode": st.st_ino, "sha256": sha,
+                "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    side = sidecar_path(final_path)
+    _write_json_atomic(side, rec)
+    try:
+        os.chown(side, st.st_uid, st.st_gid)
+    except OSError:
+        pass
     return rec
+
+
+def write_sidecar(t, sha):
+    return write_sidecar_record(t.final_path, sha, commit=t.commit, etag=t.etag, source=t.source,
+                                source_url=t.source_url)
 
 
 def _same_source(rec, t, o):

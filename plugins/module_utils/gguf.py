@@ -15,18 +15,18 @@ Plain Python 3.6, standard library only, importable without Ansible.
 
 from __future__ import absolute_import, division, print_function
 
-import json
 import math
 import os
 import re
 import struct
-import time
 
 from ansible_collections.llmops.serving.plugins.module_utils.download import (
-    SIDECAR_VERSION,
+    SIDECAR_PROVENANCE,
     hash_file,
+    read_sidecar_record,
     sidecar_matches_file,
     sidecar_path,
+    write_sidecar_record,
 )
 
 GGUF_MAGIC = b"GGUF"
@@ -790,47 +790,21 @@ def check_split_set(first_info, first_struct, limits=None):
 
 def read_cached_sha256(path):
     """The sha256 recorded for path when the sidecar matches the file's size, mtime_ns and inode."""
-    record = _read_record(path)
-    if record and record.get("version") == SIDECAR_VERSION and sidecar_matches_file(record, path):
+    record = read_sidecar_record(path)
+    if record and sidecar_matches_file(record, path):
         digest = record.get("sha256")
         if isinstance(digest, str) and re.match(r"^[0-9a-f]{64}$", digest):
             return digest
     return None
 
 
-def _read_record(path):
-    try:
-        with open(sidecar_path(path)) as f:
-            record = json.load(f)
-    except (IOError, OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def record_sha256(path, digest):
     """Write the sidecar for path with digest. Provenance from an older record (commit, source...) is kept
     only when its sha256 equals digest (same content, e.g. the file was merely touched or copied)."""
-    st = os.stat(path)
-    old = _read_record(path) or {}
-    record = {}
-    if old.get("version") == SIDECAR_VERSION and old.get("sha256") == digest:
-        record.update(old)
-    record.update({
-        "version": SIDECAR_VERSION, "file": os.path.basename(path), "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns, "inode": st.st_ino, "sha256": digest,
-        "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    })
-    side = sidecar_path(path)
-    tmp = "%s.tmp%d" % (side, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f, sort_keys=True)
-    try:
-        os.chown(tmp, st.st_uid, st.st_gid)
-    except OSError:
-        pass
-    os.rename(tmp, side)
-    return side
+    old = read_sidecar_record(path) or {}
+    keep = dict((k, old[k]) for k in SIDECAR_PROVENANCE if k in old) if old.get("sha256") == digest else {}
+    write_sidecar_record(path, digest, **keep)
+    return sidecar_path(path)
 
 
 def normalize_digest(value):

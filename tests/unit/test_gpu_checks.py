@@ -3,6 +3,8 @@
 import pytest
 from ansible_collections.llmops.serving.plugins.module_utils import gpu
 
+from tests.helpers import GPU_FACT_KEYS
+
 
 def make_gpu(
     index=0, name="NVIDIA L20", cap="8.9", total=46068, used=1, free=45596, driver="550.54.14", uuid=None
@@ -144,17 +146,7 @@ def test_arch_specs():
 
 def test_facts_have_exactly_the_contract_keys():
     facts = l20x4()
-    assert set(facts) == {
-        "present",
-        "count",
-        "driver_version",
-        "cuda_version",
-        "archs",
-        "compute_caps",
-        "homogeneous",
-        "error",
-        "gpus",
-    }
+    assert set(facts) == GPU_FACT_KEYS
     assert set(gpu.empty_facts("x")) == set(facts)
 
 

@@ -9,23 +9,13 @@ import time
 import pytest
 
 from tests.fixtures.fake_nvidia_smi import FAKE_DIR, fake_env
+from tests.helpers import GPU_FACT_KEYS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODULE = os.path.join(ROOT, "plugins", "modules", "gpu_facts.py")
 COLLECTIONS = os.path.join(ROOT, "collections")
 PY36 = os.path.expanduser("~/.pyenv/versions/3.6.15/bin/python3.6")
 
-FACT_KEYS = {
-    "present",
-    "count",
-    "driver_version",
-    "cuda_version",
-    "archs",
-    "compute_caps",
-    "homogeneous",
-    "error",
-    "gpus",
-}
 GPU_KEYS = {
     "index",
     "uuid",
@@ -83,7 +73,7 @@ def test_l20x4_passes_the_l20_requirements_and_returns_the_contract(tmp_path):
     )
     assert r["_rc"] == 0 and not r.get("failed") and r["changed"] is False
     f = facts(r)
-    assert set(f) == FACT_KEYS
+    assert set(f) == GPU_FACT_KEYS
     assert all(set(g) == GPU_KEYS for g in f["gpus"])
     assert (f["present"], f["count"], f["driver_version"], f["cuda_version"]) == (
         True,

@@ -137,12 +137,6 @@ def test_key_never_in_unit_only_its_file():
                       llama_server_api_keys={"pub": SECRET})
     text = render_unit(v)
     assert SECRET not in text
-    v = variables_for([{"name": "q", "model": "tiny", "port": 8003}], llama_server_image="ghcr.io/x/server:1",
-                      llama_server_mode="container", llama_server_container_entrypoint="/app/llama-server",
-                      llmops_llama_cpp={})
-    argv = exec_start_argv(render_unit(v))
-    assert argv[argv.index("--entrypoint") + 1] == "/app/llama-server"
-    assert "ghcr.io/x/server:1" in argv
     assert SECRET not in repr(v["_llama_server_plan"])
     argv = exec_start_argv(text)
     assert argv[argv.index("--api-key-file") + 1] == "/etc/llama-server/pub.key"
