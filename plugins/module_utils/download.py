@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to llmops.serving
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Verified, resumable, parallel model downloads (logic of ``llmops.serving.model_download``).
 
 Plain Python 3.6, standard library only; importable and testable without Ansible.
@@ -30,23 +31,58 @@ How a file gets to its final path
   ``.part``: the ranges it claims are on disk even after a power loss (and the flush is spread over
   the download instead of piling up in the final fsync).  Whatever slips through is caught by the
   final sha256 check (quarantine, then a clean re-download).
+
+Hostile surroundings (the module runs as root in a directory other users may write to)
+------------------------------------------------------------------------------------
+* The token goes only to the exact origin (scheme, host and port) of the endpoint (of ``url`` for a
+  plain URL), on every hop of every phase: never to a CDN, another port of the same host, or plain
+  http after an https start.  A token with whitespace or control characters (a vault file's trailing
+  newline) is refused before any request, without echoing it; every message and result is scrubbed of
+  the token in raw, escaped (repr/JSON) and URL-encoded form.
+* Paths the module owns: the final path, ``<file>.part``, ``<file>.part.json``, the sidecar
+  ``.<file>.llmops.json`` and the lock ``.<file>.llmops.lock``.  Anything there that is not a regular
+  file (a symlink, FIFO, socket, device, directory; for files written in place also a hard link) is
+  refused with a message naming the path ("remove it"); files are opened with ``O_NOFOLLOW`` and
+  ``O_NONBLOCK`` and checked with ``fstat`` before use, so nothing follows a planted link or blocks
+  on a FIFO.  JSON records are written to ``tempfile.mkstemp`` names in the same directory, then
+  renamed.
+* One run per destination file: ``fcntl.flock`` on ``.<file>.llmops.lock`` (holder's pid inside).
+  A second run waits up to ``lock_timeout`` seconds, then finds the finished file through the sidecar.
+* Content that is not what it claims fails: an HTML page (a mirror's login or error page) for a
+  non-HTML file, a body whose length differs from the expected size, and, for a plain URL without a
+  validator (no strong ETag, no Last-Modified), bytes of two versions (no resume, no ranges without a
+  sha256; it restarts from zero).
+
+What the sidecar fast path can and cannot detect
+-------------------------------------------------
+The record identifies the content by size, mtime_ns, inode and ctime_ns.  Writing the file, ``touch``,
+``utime`` (a restored mtime), chmod/chown or replacing it all change ctime, which a user cannot set:
+such a file is hashed again.  When the hub's HEAD gives a sha256, a record that disagrees with it is
+not trusted either (the file is hashed).  It cannot detect: silent corruption below the filesystem
+(bit rot), changes by someone who can reset the clock or write the block device, and a record forged
+by someone who can write the directory in the cases where no HEAD vouches for it (a pinned commit
+re-run, which makes no request; an unreachable hub; a moved branch kept with update=false; a file
+the hub gives no sha256 for).  ``force_verify`` re-hashes; passing ``sha256`` pins the content.
 """
 from __future__ import absolute_import, division, print_function
 
 import calendar
 import errno
+import fcntl
 import hashlib
 import json
 import os
 import re
 import socket
 import ssl
+import stat
 import sys
+import tempfile
 import threading
 import time
 from email.utils import parsedate
 from http import client as http_client
-from urllib.parse import quote, urljoin, urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus, urljoin, urlsplit, urlunsplit
 from urllib.request import getproxies, proxy_bypass
 
 __metaclass__ = type
@@ -62,12 +98,17 @@ BUF_SIZE = 256 * 1024
 USER_AGENT = "llmops.serving-model_download/1"
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+BAD_TOKEN_CHARS = re.compile(r"[\s\x00-\x1f\x7f]")
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+HTML_NAMES = (".html", ".htm", ".xhtml")
+MASK = "********"
+MAX_JSON = 16 * MIB
 
 DEFAULTS = {
     "repo": None, "filename": None, "revision": "main", "endpoint": None, "token": None, "url": None,
     "dest": None, "sha256": None, "size": None, "connections": 8, "parallel_min_size": 64 * MIB,
     "update": False, "force_verify": False, "progress_file": None, "timeout": 30, "retries": 8,
-    "retry_delay": 2.0, "validate_certs": True, "free_space_margin": 256 * MIB,
+    "retry_delay": 2.0, "validate_certs": True, "free_space_margin": 256 * MIB, "lock_timeout": 600,
 }
 
 
@@ -136,21 +177,129 @@ def sidecar_path(final_path):
     return os.path.join(d, "." + b + ".llmops.json")
 
 
-def _write_json_atomic(path, data, mode=0o644):
-    tmp = "%s.tmp%d" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, sort_keys=True)
-    os.rename(tmp, path)
+def lock_path(final_path):
+    d, b = os.path.split(final_path)
+    return os.path.join(d, "." + b + ".llmops.lock")
+
+
+# ---------------------------------------------------------------------------------------------
+# Files: never follow a link, never open a FIFO/socket/device, temporary names nobody can guess
+# ---------------------------------------------------------------------------------------------
+O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def describe_inode(st):
+    """What a non-regular (or multiply linked) inode is, in words."""
+    m = st.st_mode
+    for test, words in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
+        if test(m):
+            return words
+    if stat.S_ISREG(m) and st.st_nlink > 1:
+        return "a hard link (one of %d names of a file)" % st.st_nlink
+    return "not a regular file"
+
+
+def foreign_error(path, st):
+    target = ""
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = " (to %s)" % os.readlink(path)
+        except OSError:
+            pass
+    return DownloadError(
+        "%s is %s%s, not a file model_download wrote: refusing to follow, open or replace it (a link or "
+        "pipe planted there could make root write elsewhere or hang). Remove it (after checking who put it "
+        "there) and rerun" % (path, describe_inode(st), target), foreign_path=path)
+
+
+def check_own_path(path, single_link=False):
+    """lstat ``path``: None when absent, its stat when a regular file; else raise DownloadError.
+    ``single_link``: a file written in place (``.part``, lock) must not be a hard link either."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise DownloadError("cannot inspect %s: %s" % (path, e)) from None
+    if not stat.S_ISREG(st.st_mode) or (single_link and st.st_nlink != 1):
+        raise foreign_error(path, st)
+    return st
+
+
+def _clear_nonblock(fd):
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+
+
+def open_regular(path, flags, mode=0o644, single_link=False):
+    """os.open without following a symlink (O_NOFOLLOW) and without blocking on a FIFO (O_NONBLOCK);
+    anything but a regular file (and a hard link, with ``single_link``) raises DownloadError."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC, mode)
+    except OSError as e:
+        check_own_path(path, single_link)  # a link, FIFO, socket...: the clear message
+        raise DownloadError("cannot open %s: %s" % (path, e), errno=e.errno) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (single_link and st.st_nlink != 1):
+            raise foreign_error(path, st)
+        _clear_nonblock(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_atomic(path, text, mode=0o644, owner=None):
+    """Write ``text`` to a fresh, unguessable file next to ``path`` (mkstemp: O_EXCL, never through a
+    link), set its mode (and owner), then rename it over ``path`` (a rename replaces a link, never
+    follows it)."""
+    d, b = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix="." + b.lstrip(".") + ".", suffix=".tmp", dir=d or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            if owner is not None:
+                try:
+                    os.fchown(f.fileno(), owner[0], owner[1])
+                except OSError:
+                    pass
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _write_json_atomic(path, data, mode=0o644, owner=None):
+    _write_atomic(path, json.dumps(data, sort_keys=True), mode, owner)
 
 
 def _read_json(path):
+    """The JSON object in ``path``; None when absent, unreadable, not a regular file (never follows a
+    link, never blocks on a FIFO) or not an object."""
     try:
-        with open(path) as f:
-            data = json.load(f)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JSON:
+            return None
+        _clear_nonblock(fd)
+        raw = os.read(fd, MAX_JSON + 1)
+        data = json.loads(raw.decode("utf-8"))
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path):
@@ -169,18 +318,30 @@ def fsync_dir(path):
 def quarantine(path):
     q = "%s.corrupt-%s" % (path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     n = 1
-    while os.path.exists(q):
+    while os.path.lexists(q):
         q = "%s.corrupt-%s-%d" % (path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), n)
         n += 1
     os.rename(path, q)
     return q
 
 
-def hash_file(path, progress=None, bufsize=8 * MIB):
+def hash_file(path, progress=None, bufsize=8 * MIB, nofollow=False):
+    """sha256 hex of the regular file at path.  A FIFO, socket or device raises OSError (it would block
+    or never end); with ``nofollow`` a symlink does too."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device): refusing to read it",
+                          path)
+        _clear_nonblock(fd)
+    except BaseException:
+        os.close(fd)
+        raise
     h = hashlib.sha256()
     buf = bytearray(bufsize)
     mv = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
+    with os.fdopen(fd, "rb", buffering=0) as f:
         while True:
             n = f.readinto(buf)
             if not n:
@@ -189,6 +350,81 @@ def hash_file(path, progress=None, bufsize=8 * MIB):
             if progress is not None:
                 progress.add(n)
     return h.hexdigest()
+
+
+class DestLock:
+    """One run per destination file: ``fcntl.flock`` on ``.<file>.llmops.lock`` (opened O_NOFOLLOW, a
+    regular file with one link), the holder's pid inside.  The holder removes the file before it lets
+    go; a waiter that then gets the lock on the removed file notices (inode changed) and takes the new
+    one, so the lock always lives on the file at the path."""
+
+    def __init__(self, path, fd):
+        self.path = path
+        self.fd = fd
+
+    @classmethod
+    def acquire(cls, path, timeout, what, progress=None, deadline=None):
+        deadline = time.monotonic() + timeout if deadline is None else deadline
+        waiting = False
+        while True:
+            check_own_path(path, single_link=True)
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o644, single_link=True)
+            try:
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except OSError as e:
+                        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                            raise
+                    if time.monotonic() >= deadline:
+                        raise DownloadError(
+                            "another model_download run (pid %s) holds %s: it is fetching %s into the same "
+                            "place (two plays, or a retried job). Waited %s s (lock_timeout); let it finish "
+                            "and rerun (this run then finds the verified file), or raise lock_timeout"
+                            % (_lock_holder(fd), path, what, timeout), lock=path)
+                    if progress is not None and not waiting:
+                        waiting = True
+                        progress.set(state="waiting", file=what)
+                    time.sleep(0.1)
+                try:
+                    now = os.lstat(path)
+                except OSError:
+                    now = None
+                mine = os.fstat(fd)
+                if now is None or (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+                    os.close(fd)  # the previous holder removed it while letting go: lock the new one
+                    continue
+                os.ftruncate(fd, 0)
+                os.write(fd, ("%d\n" % os.getpid()).encode())  # offset 0: never written before
+                return cls(path, fd)
+            except BaseException:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                raise
+
+    def release(self):
+        if self.fd is None:
+            return
+        try:
+            now = os.lstat(self.path)
+            mine = os.fstat(self.fd)
+            if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+                os.unlink(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
+def _lock_holder(fd):
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return "unknown"
+    return text if text.isdigit() else "unknown"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,17 +535,18 @@ class Session:
         self._conns[key] = c
         return c, False
 
-    def request(self, method, url, headers=None, auth_host=None, follow=True):
+    def request(self, method, url, headers=None, auth_origin=None, follow=True):
         """Return (response, final_url).  The caller reads or closes the response.
 
-        The token goes only to ``auth_host`` (default: the URL's own host), never to a redirect target
-        on another host (a CDN), like huggingface_hub."""
-        origin = auth_host or urlsplit(url).hostname
+        The token goes only to ``auth_origin`` (scheme, host, port; default: the URL's own origin),
+        on every hop: never to a redirect target on another host (a CDN), another port, or plain http
+        after https."""
+        origin = auth_origin or url_origin(url)
         for _hop in range(10):
             p = urlsplit(url)
             hdrs = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
             hdrs.update(headers or {})
-            if self.token and p.hostname == origin:
+            if self.token and url_origin(url) == origin:
                 hdrs["Authorization"] = "Bearer " + self.token
             path = urlunsplit(("", "", p.path or "/", p.query, ""))
             resp = None
@@ -332,6 +569,34 @@ class Session:
                 continue
             return resp, url
         raise DownloadError("too many redirects from %s" % redact_url(url))
+
+
+def url_origin(url):
+    """(scheme, host, port) of a URL, the port made explicit: what the token is bound to."""
+    p = urlsplit(url or "")
+    scheme = (p.scheme or "").lower()
+    try:
+        port = p.port
+    except ValueError:
+        port = None
+    if port is None:
+        port = {"http": 80, "https": 443}.get(scheme)
+    return (scheme, (p.hostname or "").lower(), port)
+
+
+def refuse_html(resp, name, url):
+    """A 2xx text/html answer for a file that is not HTML: the mirror's login or error page."""
+    ctype = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
+    if ctype in HTML_TYPES and not name.lower().endswith(HTML_NAMES):
+        try:
+            resp.close()
+        except Exception:
+            pass
+        raise DownloadError(
+            "%s: %s answered %d with an HTML page (Content-Type %s) instead of the file: most likely the "
+            "mirror's login, captcha or error page. Check endpoint/url, the token and that the mirror "
+            "serves this repo; nothing was written to the final path"
+            % (name, redact_url(url), resp.status, ctype), status=resp.status)
 
 
 def _err(e):
@@ -393,6 +658,7 @@ class Target:
         self.sha256 = None
         self.commit = None
         self.etag = None
+        self.last_modified = None
         self.source = {}
 
     @property
@@ -421,6 +687,16 @@ def normalize(params):
         o["endpoint"] = endpoint.rstrip("/")
         if not o["token"]:
             o["token"] = os.environ.get("HF_TOKEN") or None
+            if o["token"] and BAD_TOKEN_CHARS.search(o["token"]):
+                raise DownloadError("HF_TOKEN in the node's environment contains whitespace or control "
+                                    "characters (a trailing newline?): strip it (e.g. with trim) or pass the "
+                                    "token option; the token is not shown here")
+    if o["token"] and BAD_TOKEN_CHARS.search(o["token"]):
+        raise DownloadError("token contains whitespace or control characters (often a trailing newline from "
+                            "a vault or file lookup): strip it, e.g. token: \"{{ vault_hf_token | trim }}\"; "
+                            "the token is not shown here")
+    o["token"] = o["token"] or None
+    o["auth_origin"] = url_origin(o["endpoint"] if o["repo"] else o["url"])
     if o["sha256"]:
         o["sha256"] = o["sha256"].strip().lower()
         if o["sha256"].startswith("sha256:"):
@@ -431,6 +707,9 @@ def normalize(params):
         if int(o[k]) < (0 if k == "retries" else 1):
             raise DownloadError("%s must be at least %d" % (k, 0 if k == "retries" else 1))
     o["connections"] = min(int(o["connections"]), 64)
+    o["lock_timeout"] = float(o["lock_timeout"])
+    if o["lock_timeout"] < 0:
+        raise DownloadError("lock_timeout must be at least 0 (seconds to wait for another run)")
     return o
 
 
@@ -466,9 +745,11 @@ def fetch_metadata(o, t, session, revision=None):
         url = o["url"]
 
         def head():
-            resp, final = session.request("HEAD", url)
+            resp, final = session.request("HEAD", url, auth_origin=o.get("auth_origin"))
             if resp.status >= 400:
                 raise _status_error(resp, url, "HEAD")
+            if 200 <= resp.status < 300:
+                refuse_html(resp, t.name, final)
             resp.read()
             return resp
         resp = with_retries(head, o["retries"], o["retry_delay"], "metadata for %s" % t.name)
@@ -476,6 +757,7 @@ def fetch_metadata(o, t, session, revision=None):
         t.size = int(o["size"]) if o["size"] else (int(cl) if cl and cl.isdigit() else None)
         t.sha256 = o["sha256"]
         t.etag = resp.getheader("ETag")
+        t.last_modified = resp.getheader("Last-Modified")
         t.url = url
         return t
     url = resolve_url(o, t.name, revision or o["revision"])
@@ -483,15 +765,17 @@ def fetch_metadata(o, t, session, revision=None):
     def head_hub():
         u = url
         for _hop in range(5):
-            resp, _final = session.request("HEAD", u, follow=False)
-            resp.read()
+            resp, _final = session.request("HEAD", u, follow=False, auth_origin=o.get("auth_origin"))
             if resp.status in (301, 302, 303, 307, 308):
+                resp.read()
                 if resp.getheader("X-Linked-Etag") or resp.getheader("X-Repo-Commit"):
                     return resp
                 u = urljoin(u, resp.getheader("Location"))
                 continue
             if resp.status >= 400:
                 raise _status_error(resp, u, "HEAD %s" % t.name)
+            refuse_html(resp, t.name, u)
+            resp.read()
             return resp
         raise DownloadError("too many redirects resolving %s" % redact_url(url))
     resp = with_retries(head_hub, o["retries"], o["retry_delay"], "metadata for %s" % t.name)
@@ -527,8 +811,9 @@ def fetch_metadata(o, t, session, revision=None):
 # Progress
 # ---------------------------------------------------------------------------------------------
 class Progress:
-    def __init__(self, path, total=0):
+    def __init__(self, path, total=0, token=None):
         self.path = path
+        self.token = token
         self.total = total
         self.done = 0
         self.state = "resolving"
@@ -576,7 +861,7 @@ class Progress:
             return
         try:
             self._last = time.time()
-            _write_json_atomic(self.path, self.snapshot())
+            _write_atomic(self.path, scrub(json.dumps(self.snapshot(), sort_keys=True), self.token))
         except OSError:
             pass
         finally:
@@ -607,23 +892,42 @@ class FileDownload:
         self.restart_owner = None
         self.queue = []
         self.fd = None
+        self.part_id = None
         self.resumed_from = 0
         self.workers_done = False
         self.restart_reason = None
 
     # state ---------------------------------------------------------------------------------
     def _identity(self):
-        return {"size": self.size, "sha256": self.t.sha256, "source": self.t.source_url,
-                "etag": self.t.etag if not self.t.sha256 else None}
+        ident = {"size": self.size, "sha256": self.t.sha256, "source": self.t.source_url,
+                 "etag": self.t.etag if not self.t.sha256 else None}
+        if self.t.last_modified and not self.t.sha256:
+            ident["last_modified"] = self.t.last_modified
+        return ident
+
+    def _validator(self):
+        """What ties bytes fetched at different times to one version: a strong ETag or Last-Modified
+        (plain URL).  Hub downloads are pinned to a commit's resolve URL and need none."""
+        if not self.o.get("url"):
+            return "commit"
+        etag = self.t.etag or ""
+        if etag and not etag.startswith("W/"):
+            return etag
+        return self.t.last_modified
+
+    def _ranges_safe(self):
+        """Ranges (parallel, or resuming after a drop) cannot mix two versions of the file: there is a
+        validator for If-Range, or the sha256 is known and the final check catches a mix."""
+        return bool(self._validator() or self.t.sha256)
 
     def load_state(self):
         st = _read_json(self.state_path)
         try:
-            pst = os.stat(self.part)
+            pst = os.lstat(self.part)
         except OSError:
             pst = None
         if st and pst and st.get("version") == STATE_VERSION and st.get("identity") == self._identity() \
-                and pst.st_size == self.size:
+                and stat.S_ISREG(pst.st_mode) and pst.st_size == self.size and self._validator():
             self.done = Ranges(st.get("done") or []).clip(self.size)
             self.cdn_etag = st.get("cdn_etag")
         else:
@@ -702,15 +1006,45 @@ class FileDownload:
             headers["Range"] = "bytes=%d-%d" % (pos, end - 1)
             if self.cdn_etag and not self.cdn_etag.startswith("W/"):
                 headers["If-Range"] = self.cdn_etag
+            elif self.o.get("url") and self.t.last_modified:
+                headers["If-Range"] = self.t.last_modified
         url = self.cdn_url or self.t.url
-        resp, final = session.request("GET", url, headers=headers, auth_host=urlsplit(self.t.url).hostname)
+        resp, final = session.request("GET", url, headers=headers, auth_origin=self.o.get("auth_origin"))
         if resp.status in (401, 403, 404, 410) and self.cdn_url:
             resp.read()
             self.cdn_url = None  # signed CDN URL expired: resolve again
             raise _Retryable("CDN answered %d; resolving the URL again" % resp.status)
+        if resp.status in (200, 206):
+            refuse_html(resp, self.t.name, final)
         if final != url and resp.status in (200, 206, 416):
             self.cdn_url = final  # reuse the (signed) CDN URL for the next ranges
         return resp
+
+    def _check_length(self, resp, want):
+        """A whole-file (200) answer must be exactly the expected size: a longer or shorter body is
+        another version of the file (or something else), never the file."""
+        cl = (resp.getheader("Content-Length") or "").strip()
+        if cl.isdigit() and int(cl) != want:
+            resp.close()
+            raise DownloadError(
+                "%s: %s sends %s bytes, expected %d (the size from the metadata): the file changed at the "
+                "source, or the server sends something else; nothing reached the final path. Rerun to fetch "
+                "the current file (pass size/sha256 to pin it)"
+                % (self.t.name, redact_url(self.cdn_url or self.t.url), cl, want),
+                expected_size=want, got_size=int(cl))
+
+    def _check_end(self, resp):
+        """After the expected bytes of a body of unknown length: nothing may follow."""
+        if getattr(resp, "length", 0) is None and not resp.isclosed():
+            try:
+                extra = resp.read(1)
+            except (http_client.HTTPException, OSError):
+                extra = b""
+            if extra:
+                resp.close()
+                raise DownloadError("%s: %s sends more than the expected %d bytes: the file changed at the "
+                                    "source, or the server sends something else; nothing reached the final "
+                                    "path" % (self.t.name, redact_url(self.cdn_url or self.t.url), self.size))
 
     def _fetch(self, session, pos, end, gen):
         """Fetch [pos, end) into the part; return the new position (== end when complete)."""
@@ -725,7 +1059,11 @@ class FileDownload:
                                     % (self.t.name, m.group(1), self.size))
             raise _Restart("416 to a range request")
         if resp.status == 200 and pos == 0 and end == self.size:
-            return self._stream(resp, 0, self.size, gen)  # the whole file was asked for anyway
+            self._check_length(resp, self.size)  # the whole file was asked for anyway
+            done = self._stream(resp, 0, self.size, gen)
+            if done >= self.size:
+                self._check_end(resp)
+            return done
         if resp.status == 200:
             resp.close()
             raise _Restart("server ignored Range (200)")
@@ -736,6 +1074,11 @@ class FileDownload:
             resp.close()
             raise _Retryable("bad Content-Range %r for bytes=%d-%d"
                              % (resp.getheader("Content-Range"), pos, end - 1))
+        cl = (resp.getheader("Content-Length") or "").strip()
+        if cl.isdigit() and int(cl) != int(m.group(2)) - int(m.group(1)) + 1:
+            resp.close()
+            raise _Retryable("Content-Length %s does not match Content-Range %r"
+                             % (cl, resp.getheader("Content-Range")))
         etag = resp.getheader("ETag")
         with self.lock:
             if etag and self.cdn_etag is None:
@@ -867,8 +1210,10 @@ class FileDownload:
                     resp = self._get(session, 0, self.size, False)
                     if resp.status != 200:
                         raise _status_error(resp, self.t.url, "GET %s" % self.t.name)
+                    self._check_length(resp, self.size)
                     pos = self._stream(resp, 0, self.size, gen)
                     if pos >= self.size:
+                        self._check_end(resp)
                         return
                 except _Progressed as p:
                     err = p.cause
@@ -880,8 +1225,8 @@ class FileDownload:
                     err = "connection ended at byte %d" % pos
                 failures += 1
                 if failures > self.o["retries"]:
-                    raise DownloadError("%s: the server does not honour Range and the download kept "
-                                        "failing (%s)" % (self.t.name, err))
+                    raise DownloadError("%s: the download kept failing (%s); it restarts from byte 0 each "
+                                        "time (%s)" % (self.t.name, err, self.restart_reason))
                 with self.lock:  # a non-ranged retry must start from zero again
                     self.gen += 1
                     gen = self.gen
@@ -894,8 +1239,9 @@ class FileDownload:
 
     def run(self):
         """Download/finish the part; return (sha256 hex, downloaded bytes)."""
-        flags = os.O_RDWR | os.O_CREAT
-        self.fd = os.open(self.part, flags, 0o644)
+        self.fd = open_regular(self.part, os.O_RDWR | os.O_CREAT, 0o644, single_link=True)
+        pst = os.fstat(self.fd)
+        self.part_id = (pst.st_dev, pst.st_ino)
         self.workers_done = False
         hasher = None
         try:
@@ -914,7 +1260,12 @@ class FileDownload:
             gaps = self.done.missing(self.size)
             nconn = self.o["connections"] if self.size >= self.o["parallel_min_size"] else 1
             self.restart_owner = None
-            if gaps:
+            if gaps and not self._ranges_safe():
+                # no ETag/Last-Modified and no sha256: a range could splice two versions of the file
+                self.restart_owner = "no validator"
+                self.restart_reason = ("the server gives no ETag or Last-Modified, so bytes fetched in "
+                                       "pieces could mix two versions of the file")
+            elif gaps:
                 self._run_workers(gaps, nconn)
             if self.error is None and self.restart_owner is not None:
                 self.restarted = self.restart_reason
@@ -981,7 +1332,7 @@ def free_space_check(dest, plans, margin):
     for size, part in plans:
         have = 0
         try:
-            st = os.stat(part)
+            st = os.lstat(part)
             if st.st_size == size:
                 have = min(size, getattr(st, "st_blocks", 0) * 512)
         except OSError:
@@ -1013,37 +1364,41 @@ def read_sidecar(t):
 
 
 def sidecar_matches_file(rec, path):
+    """Whether the record describes the file at path as it is now: size, mtime_ns, inode and ctime_ns
+    (ctime cannot be set by utime, so a rewritten file with a restored mtime does not match)."""
     try:
         st = os.stat(path)
     except OSError:
         return False
     return (rec.get("size") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns
-            and rec.get("inode") == st.st_ino and bool(rec.get("sha256")))
+            and rec.get("inode") == st.st_ino and rec.get("ctime_ns") == st.st_ctime_ns
+            and bool(rec.get("sha256")))
 
 
 # Where a verified file came from; kept by writers that re-verify unchanged content (gguf_info).
 SIDECAR_PROVENANCE = ("commit", "etag", "source", "source_url")
 
 
-def write_sidecar_record(final_path, sha, **provenance):
-    """Record that final_path (as it is now: size, mtime, inode) has sha256 `sha`, with its provenance.
-    The one writer of the record that model_download and gguf_info share; owned like the file."""
-    st = os.stat(final_path)
+def write_sidecar_record(final_path, sha, _stat=None, **provenance):
+    """Record that final_path (as it is now: size, mtime, inode, ctime) has sha256 `sha`, with its
+    provenance.  The one writer of the record that model_download and gguf_info share; owned like the
+    file, written to an unguessable temporary name and renamed (never through a planted link).
+    ``_stat``: the file's stat when the caller already has it (else os.stat)."""
+    st = _stat if _stat is not None else os.stat(final_path)
     rec = dict(provenance)
     rec.update({"version": SIDECAR_VERSION, "file": os.path.basename(final_path), "size": st.st_size,
-                "mtime_ns": st.st_mtime_ns, "inode": st.st_ino, "sha256": sha,
+                "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino, "sha256": sha,
                 "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    side = sidecar_path(final_path)
-    _write_json_atomic(side, rec)
-    try:
-        os.chown(side, st.st_uid, st.st_gid)
-    except OSError:
-        pass
+    _write_json_atomic(sidecar_path(final_path), rec, owner=(st.st_uid, st.st_gid))
     return rec
 
 
-def write_sidecar(t, sha):
-    return write_sidecar_record(t.final_path, sha, commit=t.commit, etag=t.etag, source=t.source,
+def write_sidecar(t, sha, _stat=None):
+    if _stat is None:
+        _stat = check_own_path(t.final_path)
+        if _stat is None:
+            raise DownloadError("%s vanished before its record was written; rerun" % t.final_path)
+    return write_sidecar_record(t.final_path, sha, _stat=_stat, commit=t.commit, etag=t.etag, source=t.source,
                                 source_url=t.source_url)
 
 
@@ -1054,34 +1409,107 @@ def _same_source(rec, t, o):
     return src.get("repo") == o["repo"] and src.get("filename") == t.name
 
 
-def run(params, check_mode=False):
-    """Do it.  Return the result dict; raise DownloadError on failure (message says what to do)."""
+def run(params, check_mode=False, set_attributes=None):
+    """Do it.  Return the result dict; raise DownloadError on failure (message says what to do).
+
+    ``set_attributes(path) -> bool``: applies owner/group/mode (the module's file arguments) to a final
+    file while the run still holds its lock, returns whether it changed anything; the sidecar record is
+    then re-stamped (chmod/chown change ctime)."""
     t0 = time.time()
     o = normalize(params)
-    progress = Progress(o["progress_file"] if not check_mode else None)
+    token = o.get("token")
+    progress = Progress(o["progress_file"] if not check_mode else None, token=token)
     try:
-        return _run(o, check_mode, t0, progress)
+        return scrub_all(_run(o, check_mode, t0, progress, set_attributes), token)
     except DownloadError as e:
-        e.msg = scrub(e.msg, o.get("token"))
+        e.msg = scrub(e.msg, token)
         e.args = (e.msg,)
+        e.result = scrub_all(e.result, token)
         progress.error = e.msg
         progress.set(state="failed")
         raise
+    except Exception as e:  # unexpected: one scrubbed line (the token may sit in any exception text)
+        msg = scrub("model_download failed: %s: %s" % (type(e).__name__, e), token)
+        progress.error = msg
+        progress.set(state="failed")
+        raise DownloadError(msg) from None
     except BaseException:
         progress.set(state="failed")
         raise
 
 
+def _token_forms(token):
+    forms = set()
+    for t in (token, token.strip()):
+        if not t:
+            continue
+        forms.update((t, repr(t)[1:-1], json.dumps(t)[1:-1], json.dumps(t, ensure_ascii=False)[1:-1],
+                      quote(t, safe=""), quote(t), quote_plus(t),
+                      repr(t.encode("utf-8", "surrogateescape"))[2:-1]))
+    return sorted((f for f in forms if f), key=len, reverse=True)
+
+
 def scrub(text, token):
-    if token and text:
-        text = text.replace(token, "********")
+    """``text`` without the token in any form: raw, stripped, escaped (repr, JSON, bytes repr) and
+    URL-encoded (any case)."""
+    if not token or not text or not isinstance(text, str):
+        return text
+    for form in _token_forms(token):
+        text = re.sub(re.escape(form), MASK, text, flags=re.IGNORECASE)
     return text
 
 
-def _run(o, check_mode, t0, progress):
+def scrub_all(obj, token):
+    """scrub() every string in a result (dicts, lists)."""
+    if not token:
+        return obj
+    if isinstance(obj, str):
+        return scrub(obj, token)
+    if isinstance(obj, dict):
+        return dict((k, scrub_all(v, token)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return [scrub_all(v, token) for v in obj]
+    return obj
+
+
+def owned_paths(t):
+    """(path, written in place) of every file the run may touch for target t."""
+    return ((t.final_path, False), (t.final_path + ".part", True), (t.final_path + ".part.json", False),
+            (sidecar_path(t.final_path), False), (lock_path(t.final_path), True))
+
+
+def _run(o, check_mode, t0, progress, set_attributes=None):
     targets = build_targets(o)
     dest = os.path.abspath(o["dest"])
     progress.set(state="resolving")
+    for t in targets:
+        for path, single in owned_paths(t):
+            check_own_path(path, single)
+    locks = []
+    try:
+        if not check_mode:
+            if not os.path.isdir(dest):
+                os.makedirs(dest)
+            deadline = time.monotonic() + o["lock_timeout"]
+            for t in targets:
+                try:
+                    locks.append(DestLock.acquire(lock_path(t.final_path), o["lock_timeout"], t.name,
+                                                  progress, deadline))
+                except DownloadError as e:
+                    # a read-only dest (verified files on a read-only mount): no run can write there either
+                    if e.result.get("errno") not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                        raise
+            progress.set(state="resolving")
+            for t in targets:  # again: another run may have worked here while we waited
+                for path, single in owned_paths(t)[:4]:
+                    check_own_path(path, single)
+        return _run_locked(o, check_mode, t0, progress, set_attributes, targets, dest)
+    finally:
+        for lk in reversed(locks):
+            lk.release()
+
+
+def _run_locked(o, check_mode, t0, progress, set_attributes, targets, dest):
     notes = []
     # 1. local knowledge
     recs = {}
@@ -1140,8 +1568,14 @@ def _run(o, check_mode, t0, progress):
             if t.size is not None and t.size != rec.get("size"):
                 actions.append((t, "download", rec))
                 continue
+            if t.sha256 and rec.get("sha256") != t.sha256:
+                # the hub vouches for another sha256 than the record: the record is not trusted
+                notes.append("%s: the sidecar record's sha256 %s disagrees with the source's %s; not "
+                             "trusted, the file was hashed" % (t.name, rec.get("sha256"), t.sha256))
+                actions.append((t, "hash_existing", None))
+                continue
             actions.append((t, "force_verify" if o["force_verify"] else "keep", rec))
-        elif os.path.exists(t.final_path):
+        elif os.path.lexists(t.final_path):
             actions.append((t, "hash_existing", None))
         else:
             actions.append((t, "download", None))
@@ -1164,8 +1598,6 @@ def _run(o, check_mode, t0, progress):
         return _check_mode_result(o, targets, actions, notes, update_available, t0)
 
     # 4. act
-    if not os.path.isdir(dest):
-        os.makedirs(dest)
     progress.total = sum(t.size or 0 for t in targets)
     results = []
     pending = []
@@ -1180,9 +1612,14 @@ def _run(o, check_mode, t0, progress):
             progress.add(t.size)
         elif action in ("force_verify", "hash_existing"):
             progress.set(state="hashing", file=t.name)
-            got = hash_file(t.final_path, progress)
+            st = check_own_path(t.final_path)
+            try:
+                got = hash_file(t.final_path, progress, nofollow=True)
+            except OSError as e:
+                check_own_path(t.final_path)
+                raise DownloadError("cannot read %s: %s" % (t.final_path, e)) from None
             want = t.sha256 or (rec or {}).get("sha256")
-            size_ok = t.size is None or os.path.getsize(t.final_path) == t.size
+            size_ok = t.size is None or st.st_size == t.size
             if (want and got == want and size_ok) or (not want and size_ok and t.size is not None):
                 if not want:
                     notes.append("%s: no reference sha256 (pass sha256); recorded the existing file's"
@@ -1191,14 +1628,14 @@ def _run(o, check_mode, t0, progress):
                 results.append(_part_result(t, got, "hashed", 0, 0, False))
             else:
                 q = quarantine(t.final_path)
-                for p in (sidecar_path(t.final_path),):
-                    if os.path.exists(p):
-                        os.unlink(p)
+                side = sidecar_path(t.final_path)
+                if os.path.lexists(side):
+                    os.unlink(side)
                 notes.append("%s: the existing file did not match (expected %s, got %s); moved it to %s and "
                              "downloaded again" % (t.name, want or ("%s bytes" % t.size), got, q))
                 pending.append(t)
                 results.append(None)
-                progress.add(-os.path.getsize(q))  # it is counted again while downloading
+                progress.add(-os.lstat(q).st_size)  # it is counted again while downloading
         else:
             pending.append(t)
             results.append(None)
@@ -1212,8 +1649,14 @@ def _run(o, check_mode, t0, progress):
         idx += 1
         progress.set(state="downloading", file=t.name)
         results[i] = _download_one(o, t, progress)
+    attrs_changed = False
+    if set_attributes is not None:
+        for i, t in enumerate(targets):
+            if set_attributes(t.final_path):
+                attrs_changed = True
+                write_sidecar(t, results[i]["sha256"])  # verified in this run; chmod/chown moved ctime
     progress.set(state="done")
-    return _final_result(o, targets, results, notes, update_available, t0)
+    return _final_result(o, targets, results, notes, update_available, t0, attrs_changed)
 
 
 def _moved(rec, t, o):
@@ -1240,32 +1683,45 @@ def _fill_from_record(t, rec, o):
 
 def _download_one(o, t, progress):
     started = time.time()
-    if t.size == 0:
-        open(t.final_path + ".part", "wb").close()
+    part = t.final_path + ".part"
     dl = FileDownload(o, t, progress)
+    if t.size == 0:
+        fd = open_regular(part, os.O_WRONLY | os.O_CREAT, 0o644, single_link=True)
+        try:
+            os.ftruncate(fd, 0)
+            st = os.fstat(fd)
+            dl.part_id = (st.st_dev, st.st_ino)
+        finally:
+            os.close(fd)
     resumed = dl.load_state() if t.size else 0
     if t.size:
         got, new = dl.run()
     else:
         got, new = hashlib.sha256().hexdigest(), 0
-    part = t.final_path + ".part"
-    actual = os.path.getsize(part)
+    pst = check_own_path(part, single_link=True)
+    if pst is None or (pst.st_dev, pst.st_ino) != dl.part_id:
+        raise DownloadError("%s was replaced while this run wrote it; remove it and rerun" % part)
+    actual = pst.st_size
     want = t.sha256
     if actual != t.size or (want and got != want):
         q = quarantine(part)
-        for p in (dl.state_path,):
-            if os.path.exists(p):
-                os.unlink(p)
+        if os.path.lexists(dl.state_path):
+            os.unlink(dl.state_path)
         raise DownloadError(
             "checksum mismatch for %s: expected sha256 %s (%d bytes), got %s (%d bytes); the bytes were "
             "moved to %s and the final path was left untouched. Rerun to download again; if it repeats, the "
             "source or a proxy corrupts data" % (t.name, want or "-", t.size, got, actual, q),
             quarantined=q, expected_sha256=want, got_sha256=got)
+    check_own_path(t.final_path)  # a file (or nothing): never rename over a planted directory
     os.rename(part, t.final_path)
+    fst = os.lstat(t.final_path)
+    if (fst.st_dev, fst.st_ino) != dl.part_id or not stat.S_ISREG(fst.st_mode):
+        raise DownloadError("%s is not the file this run downloaded (replaced while renaming); remove it and "
+                            "rerun" % t.final_path)
     fsync_dir(os.path.dirname(t.final_path))
-    if os.path.exists(dl.state_path):
+    if os.path.lexists(dl.state_path):
         os.unlink(dl.state_path)
-    write_sidecar(t, got)
+    write_sidecar(t, got, fst)
     fsync_dir(os.path.dirname(t.final_path))
     r = _part_result(t, got, "download", new, resumed, True)
     r["elapsed_s"] = round(time.time() - started, 3)
@@ -1281,9 +1737,9 @@ def _part_result(t, sha, verified, new, resumed, changed):
 _VERIFIED_ORDER = {"sidecar": 0, "hashed": 1, "download": 2}
 
 
-def _final_result(o, targets, parts, notes, update_available, t0):
+def _final_result(o, targets, parts, notes, update_available, t0, attrs_changed=False):
     first = parts[0]
-    changed = any(p["changed"] for p in parts)
+    changed = any(p["changed"] for p in parts) or attrs_changed
     verified = max((p["verified"] for p in parts), key=lambda v: _VERIFIED_ORDER[v])
     dl = sum(p["downloaded_bytes"] for p in parts)
     elapsed = round(time.time() - t0, 3)
@@ -1298,7 +1754,8 @@ def _final_result(o, targets, parts, notes, update_available, t0):
         msg += "; " + "; ".join(notes)
     return {
         "changed": changed, "path": first["path"], "paths": [p["path"] for p in parts],
-        "size": sum(p["size"] or 0 for p in parts), "sha256": first["sha256"], "commit": first["commit"],
+        "size": sum(p["size"] or 0 for p in parts), "total_size": sum(p["size"] or 0 for p in parts),
+        "sha256": first["sha256"], "commit": first["commit"],
         "source_url": first["source_url"], "downloaded_bytes": dl,
         "resumed_from": sum(p["resumed_from"] for p in parts), "verified": verified, "elapsed_s": elapsed,
         "update_available": update_available, "parts": parts, "msg": scrub(msg, o.get("token")),
@@ -1312,7 +1769,7 @@ def _check_mode_result(o, targets, actions, notes, update_available, t0):
         sha = t.sha256 or (rec or {}).get("sha256")
         part = t.final_path + ".part"
         resumed = 0
-        if action == "download" and os.path.exists(part):
+        if action == "download" and os.path.lexists(part):
             st = _read_json(part + ".json")
             if st:
                 resumed = Ranges(st.get("done") or []).clip(t.size or 0).total()
@@ -1330,6 +1787,7 @@ def _check_mode_result(o, targets, actions, notes, update_available, t0):
     return {
         "changed": any(p["changed"] for p in parts), "path": parts[0]["path"],
         "paths": [p["path"] for p in parts], "size": sum(p["size"] or 0 for p in parts),
+        "total_size": sum(p["size"] or 0 for p in parts),
         "sha256": parts[0]["sha256"], "commit": parts[0]["commit"],
         "source_url": parts[0]["source_url"], "downloaded_bytes": 0,
         "resumed_from": sum(p["resumed_from"] for p in parts),

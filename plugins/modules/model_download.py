@@ -1,7 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: contributors to llmops.serving
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import absolute_import, division, print_function
 
@@ -21,8 +22,26 @@ description:
   - Resumes an interrupted download from C(<file>.part) and C(<file>.part.json) (Range and If-Range),
     fetches large files over several connections in parallel and computes the sha256 while the data
     arrives. Retries connection drops, stalls, HTTP 429/5xx (honouring Retry-After) with backoff.
-  - A verified file has a sidecar record C(.<file>.llmops.json) (size, mtime, inode, sha256, commit,
-    source); later runs trust it while size, mtime and inode are unchanged, so they do not re-hash.
+  - A verified file has a sidecar record C(.<file>.llmops.json) (size, mtime, inode, ctime, sha256, commit,
+    source); later runs trust it while size, mtime, inode and ctime are unchanged and, when the hub's HEAD
+    gives a sha256, while the record agrees with it, so they do not re-hash.
+  - The fast path catches a rewrite, C(touch), a restored mtime, chmod and chown (they all change ctime,
+    which cannot be set back). It cannot detect silent corruption below the filesystem (bit rot), nor a
+    record forged by someone who can write O(dest) where no HEAD vouches for the file (a re-run with a
+    pinned commit, which makes no request; an unreachable hub; a moved branch kept because
+    O(update=false); a file the hub gives no sha256 for). Use O(force_verify) for those, or pin the
+    content with O(sha256).
+  - Refuses, with a message naming the path, anything that is not a regular file at the paths it owns
+    (the final path, C(<file>.part), C(<file>.part.json), the sidecar, the lock C(.<file>.llmops.lock)),
+    that is a symlink, FIFO, socket, device or directory (and a hard link for files written in place). It
+    never follows a link there nor blocks on a FIFO; temporary files get unguessable names in O(dest).
+  - One run per destination file at a time (C(flock) on C(.<file>.llmops.lock), which holds the pid);
+    another run on the same file (two plays, a retried job) waits up to O(lock_timeout) seconds and then
+    finds the verified file.
+  - Refuses content that is not what it claims - an HTML page (the mirror's login or error page) for a
+    non-HTML file, a body whose length differs from the expected size - and never mixes two versions of
+    a plain O(url) that has no validator (no ETag, no Last-Modified); it restarts from zero instead of
+    resuming.
   - A checksum mismatch moves the bytes to C(<file>.corrupt-<UTC time>) and fails with expected vs got.
   - When the hub's branch moved to a new commit since the recorded download, the verified file is kept
     (result RV(update_available)) unless O(update=true).
@@ -49,8 +68,13 @@ options:
     type: str
   token:
     description:
-      - Hub access token for gated or private repos, sent as C(Authorization) to the hub host only (not
-        to the CDN it redirects to). When not set, C(HF_TOKEN) from the node's environment is used.
+      - Hub access token for gated or private repos, sent as C(Authorization) only to the exact origin
+        (scheme, host and port) of O(endpoint) (of O(url) for a plain URL), on every redirect hop; never
+        to the CDN it redirects to, another port, or plain http after https. When not set, C(HF_TOKEN)
+        from the node's environment is used.
+      - A token with whitespace or control characters (for example the trailing newline of a vault
+        file) is refused before any request, without showing it; strip it with C(trim). Messages and
+        results never contain the token, raw, escaped or URL-encoded.
     type: str
   url:
     description: A plain HTTP(S) URL instead of O(repo)/O(filename). Give O(sha256) to have it verified.
@@ -106,6 +130,12 @@ options:
     description: Bytes that must stay free in O(dest) on top of what the download still needs.
     type: int
     default: 268435456
+  lock_timeout:
+    description:
+      - Seconds to wait for another run that holds the lock on the same destination file; then the run
+        fails, naming the other run's pid. After the wait the file is usually present and verified.
+    type: int
+    default: 600
 extends_documentation_fragment:
   - ansible.builtin.files
 attributes:
@@ -173,9 +203,16 @@ paths:
   type: list
   elements: str
 size:
-  description: Total size in bytes (sum of the parts).
+  description:
+    - Size in bytes of RV(path). Ansible's file attributes (added for RV(path)) replace the module's
+      value, so for a split set this is the first part's size; use RV(total_size) for the whole set.
   returned: always
   type: int
+total_size:
+  description: Total size in bytes of all files (the sum of the parts of a split set).
+  returned: always
+  type: int
+  sample: 19541778432
 sha256:
   description: sha256 of the file (of the first part for a split set; see RV(parts)).
   returned: always
@@ -254,6 +291,7 @@ def main():
             retry_delay=dict(type="float", default=2.0),
             validate_certs=dict(type="bool", default=True),
             free_space_margin=dict(type="int", default=256 * 1024 * 1024),
+            lock_timeout=dict(type="int", default=600),
         ),
         mutually_exclusive=[("url", "repo")],
         required_one_of=[("url", "repo")],
@@ -263,22 +301,23 @@ def main():
     )
     keys = ("repo", "filename", "revision", "endpoint", "token", "url", "dest", "sha256", "size",
             "connections", "parallel_min_size", "update", "force_verify", "progress_file", "timeout",
-            "retries", "retry_delay", "validate_certs", "free_space_margin")
+            "retries", "retry_delay", "validate_certs", "free_space_margin", "lock_timeout")
     params = dict((k, module.params[k]) for k in keys)
+
+    def set_attributes(path):
+        # applied inside the run, under its lock, before the sidecar is final (chmod/chown move ctime)
+        file_args = module.load_file_common_arguments(module.params, path=path)
+        return module.set_fs_attributes_if_different(file_args, False)
+
     try:
-        result = run(params, check_mode=module.check_mode)
+        result = run(params, check_mode=module.check_mode,
+                     set_attributes=None if module.check_mode else set_attributes)
     except DownloadError as e:
         extra = dict((k, v) for k, v in e.result.items() if k != "status")
         module.fail_json(msg=scrub(e.msg, module.params["token"]), **extra)
     except Exception as e:  # unexpected: still one clear line, never the token
         module.fail_json(msg=scrub("model_download failed: %s: %s" % (type(e).__name__, e),
                                    module.params["token"]))
-    if not module.check_mode:
-        changed = result["changed"]
-        for path in result["paths"]:
-            file_args = module.load_file_common_arguments(module.params, path=path)
-            changed = module.set_fs_attributes_if_different(file_args, changed)
-        result["changed"] = changed
     module.exit_json(**result)
 
 
