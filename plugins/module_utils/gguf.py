@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to llmops.serving
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """GGUF structure check and model summary for llmops.serving.gguf_info.
 
 Reads ONLY the header, the key/value metadata and the tensor table of a GGUF file (never tensor data), with
@@ -19,6 +20,7 @@ import math
 import os
 import re
 import struct
+import sys
 
 from ansible_collections.llmops.serving.plugins.module_utils.download import (
     SIDECAR_PROVENANCE,
@@ -33,17 +35,37 @@ GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 GGML_MAX_NAME = 64        # llama.cpp: tensor names must be shorter than this
+LLAMA_MAX_LAYERS = 512    # llama.cpp src/llama-hparams.h: the most blocks a model it loads can have
 INT64_MAX = (1 << 63) - 1
 
 # Hard limits, all configurable. llama.cpp's own caps are far higher (1 GiB strings, 2^30 elements); these
-# are sane for real models: a 671B MoE has < 2000 tensors and ~60 keys; a 256k vocab is < 2^18 tokens.
+# are sane for real models: a 671B MoE has < 2000 tensors and ~60 keys; a 256k vocab is < 2^18 tokens. The
+# metadata budgets bound the whole header at once: the largest real tokenizer metadata (gemma-4's vocab
+# file) is 15.8 MB with 777k strings, and llama.cpp loads at most LLAMA_MAX_LAYERS blocks.
 DEFAULT_LIMITS = {
     "max_tensors": 65536,
     "max_kv": 65536,
     "max_string_bytes": 16 * 1024 * 1024,
     "max_array_elements": 16 * 1024 * 1024,
     "max_dims": 4,
+    "max_block_count": 4096,
+    "max_metadata_bytes": 64 * 1024 * 1024,
+    "max_metadata_strings": 2 * 1024 * 1024,
 }
+
+# Smallest possible encodings, used to refuse counts the rest of the file cannot hold before reading them:
+# a key/value pair is a key length, a key of >= 1 byte, a value type and a value of >= 1 byte; a tensor info
+# is a name length (the name may be empty), a dimension count, a type and an offset.
+MIN_KV_BYTES = 8 + 1 + 4 + 1
+MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8
+
+# What keeping parsed metadata costs in memory, charged to max_metadata_bytes: Python objects are several
+# times larger than their encoding in the file (a float32 takes 4 bytes there, a list slot and a float object
+# here), so the budget counts them at this price rather than at their size in the file. Strings are charged
+# at their decoded size (one character outside the BMP makes every character of a str take 4 bytes).
+KV_COST = 200             # dict slot, (type, value) tuple, small value object
+ELEMENT_COST = 40         # list slot + int/float object of a kept array element
+TENSOR_COST = 600         # the tensor dict, its shape list and ints
 
 # GGUF metadata value types: id -> (name, struct format or None).
 T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32, T_BOOL = 0, 1, 2, 3, 4, 5, 6, 7
@@ -97,6 +119,27 @@ ARRAY_HEAD = 8
 READ_CHUNK = 1024 * 1024
 
 
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+
+
+class _Lazy(object):
+    """What is being read, formatted only when an error message needs it (the header loops run up to
+    ~10^5 times: formatting every description eagerly would double the parse time)."""
+
+    __slots__ = ("fmt", "args")
+
+    def __init__(self, fmt, *args):
+        self.fmt = fmt
+        self.args = args
+
+    def __str__(self):
+        return self.fmt % self.args
+
+
+_SURROGATE = re.compile(u"[\ud800-\udfff]")
+
+
 class GGUFError(Exception):
     """The file is not a well-formed GGUF model file. `offset` is the byte where the problem is."""
 
@@ -139,8 +182,20 @@ class GGUFArray(object):
         return "GGUFArray(%s, %d)" % (VALUE_TYPES[self.element_type][0], self.count)
 
 
+def _decode(data):
+    """GGUF strings are bytes (llama.cpp reads them into std::string without validating UTF-8). Invalid bytes
+    are kept as surrogate escapes, so that two keys or tensor names that differ only in invalid bytes stay
+    different and byte lengths stay exact; text handed to Ansible is cleaned by _clean()."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "surrogateescape")
+
+
 class _Reader(object):
-    """Bounded, buffered sequential reader. Never reads past file_size, never buffers more than it needs."""
+    """Bounded, buffered sequential reader. Never reads past file_size, never buffers more than it needs, and
+    keeps the header's budgets: bytes of metadata (max_metadata_bytes, both its size in the file and the
+    memory its kept values take) and strings (max_metadata_strings)."""
 
     def __init__(self, fileobj, file_size, limits):
         self.f = fileobj
@@ -149,12 +204,22 @@ class _Reader(object):
         self.pos = 0
         self.buf = b""
         self.buf_start = 0
+        self.meta_limit = limits["max_metadata_bytes"]
+        self.memory = 0
+        self.strings = 0
+        self.last_length = 0  # bytes in the file of the last string read
+
+    def _over_budget(self, end, what, at):
+        raise GGUFError("%s would end at byte %d: the metadata is larger than the limit of %d bytes "
+                        "(max_metadata_bytes)" % (what, end, self.meta_limit), at)
 
     def _need(self, n, what):
         if self.pos + n > self.size:
             raise GGUFError(
                 "unexpected end of file reading %s: need %d bytes, only %d left of %d (truncated file?)"
                 % (what, n, self.size - self.pos, self.size), self.pos)
+        if self.pos + n > self.meta_limit:
+            self._over_budget(self.pos + n, what, self.pos)
         rel = self.pos - self.buf_start
         if rel >= 0 and rel + n <= len(self.buf):
             return rel
@@ -167,6 +232,30 @@ class _Reader(object):
         self.buf_start = self.pos
         return 0
 
+    def room(self, nbytes, what, at):
+        """Refuse `what`, which needs at least nbytes more, when the file or the metadata budget cannot hold
+        them: a crafted count fails where it is read, before anything is allocated or walked."""
+        left = self.size - self.pos
+        if nbytes > left:
+            raise GGUFError("%s needs at least %d bytes but only %d bytes are left in the file (truncated or "
+                            "crafted file?)" % (what, nbytes, left), at)
+        if self.pos + nbytes > self.meta_limit:
+            self._over_budget(self.pos + nbytes, what, at)
+
+    def charge(self, nbytes, what, at):
+        """Count nbytes of memory kept for the parsed header against max_metadata_bytes."""
+        self.memory += nbytes
+        if self.memory > self.meta_limit:
+            raise GGUFError("metadata needs more than %d bytes of memory to keep (limit max_metadata_bytes), "
+                            "reached at %s: crafted file?" % (self.meta_limit, what), at)
+
+    def count_strings(self, n, what, at):
+        self.strings += n
+        if self.strings > self.limits["max_metadata_strings"]:
+            limit = self.limits["max_metadata_strings"]
+            raise GGUFError("%s brings the metadata to %d strings, over the limit of %d strings "
+                            "(max_metadata_strings)" % (what, self.strings, limit), at)
+
     def unpack(self, fmt, size, what):
         rel = self._need(size, what)
         value = struct.unpack_from(fmt, self.buf, rel)[0]
@@ -174,9 +263,17 @@ class _Reader(object):
         return value
 
     def u32(self, what):
+        rel = self.pos - self.buf_start
+        if rel >= 0 and rel + 4 <= len(self.buf) and self.pos + 4 <= self.meta_limit:  # fast path
+            self.pos += 4
+            return _U32.unpack_from(self.buf, rel)[0]
         return self.unpack("<I", 4, what)
 
     def u64(self, what):
+        rel = self.pos - self.buf_start
+        if rel >= 0 and rel + 8 <= len(self.buf) and self.pos + 8 <= self.meta_limit:  # fast path
+            self.pos += 8
+            return _U64.unpack_from(self.buf, rel)[0]
         return self.unpack("<Q", 8, what)
 
     def raw(self, n, what):
@@ -189,52 +286,66 @@ class _Reader(object):
             raise GGUFError(
                 "unexpected end of file skipping %s: need %d bytes, only %d left of %d (truncated file?)"
                 % (what, n, self.size - self.pos, self.size), self.pos)
+        if self.pos + n > self.meta_limit:
+            self._over_budget(self.pos + n, what, self.pos)
         self.pos += n
 
-    def string_length(self, what):
+    def string_length(self, what, counted=False):
         start = self.pos
-        n = self.u64("length of " + what)
+        n = self.u64(_Lazy("length of %s", what))
         if n > self.limits["max_string_bytes"]:
             raise GGUFError("%s is %d bytes long, over the limit of %d bytes"
                             % (what, n, self.limits["max_string_bytes"]), start)
         if self.pos + n > self.size:
             raise GGUFError("%s is %d bytes long but only %d bytes are left in the file (truncated file?)"
                             % (what, n, self.size - self.pos), start)
+        if self.pos + n > self.meta_limit:
+            self._over_budget(self.pos + n, what, start)
+        if not counted:
+            self.count_strings(1, what, start)
         return n
 
-    def string(self, what, keep=True):
-        n = self.string_length(what)
+    def string(self, what, keep=True, counted=False):
+        """The next string, decoded with _decode() and charged to the memory budget (None when not kept)."""
+        start = self.pos
+        n = self.string_length(what, counted)
         if not keep:
             self.pos += n
             return None
-        data = self.raw(n, what)
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            return data.decode("utf-8", "replace")
+        text = _decode(self.raw(n, what))
+        self.charge(sys.getsizeof(text), what, start)
+        self.last_length = n
+        return text
 
     def skip_strings(self, count, what):
-        """Skip `count` length-prefixed strings quickly (token and merge lists are ~10^5 of them)."""
+        """Skip `count` length-prefixed strings quickly (token and merge lists are ~10^5 of them). The caller
+        has charged them to the strings budget, which bounds how long this runs."""
         max_len = self.limits["max_string_bytes"]
-        unpack_from = struct.unpack_from
+        unpack_from = _U64.unpack_from
         i = 0
         while i < count:
             rel = self._need(8, "length of %s element %d" % (what, i))
             buf = self.buf
-            end = len(buf)
-            pos = self.pos
-            while i < count and rel + 8 <= end:
-                n = unpack_from("<Q", buf, rel)[0]
+            end = len(buf) - 8
+            rel0 = rel
+            n = 0
+            done = 0
+            for done in range(1, count - i + 1):  # a for loop over range is ~2x faster than while here
+                n = unpack_from(buf, rel)[0]
                 if n > max_len:
                     raise GGUFError("%s element %d is %d bytes long, over the limit of %d bytes"
-                                    % (what, i, n, max_len), pos)
-                if pos + 8 + n > self.size:
-                    raise GGUFError("%s element %d is %d bytes long but only %d bytes are left in the file "
-                                    "(truncated file?)" % (what, i, n, self.size - pos - 8), pos)
+                                    % (what, i + done - 1, n, max_len), self.pos + rel - rel0)
                 rel += 8 + n
-                pos += 8 + n
-                i += 1
-            self.pos = pos
+                if rel > end:
+                    break
+            last_at = self.pos + rel - rel0 - 8 - n
+            self.pos += rel - rel0
+            i += done
+            if self.pos > self.size:
+                raise GGUFError("%s element %d is %d bytes long but only %d bytes are left in the file "
+                                "(truncated file?)" % (what, i - 1, n, self.size - last_at - 8), last_at)
+            if self.pos > self.meta_limit:
+                self._over_budget(self.pos, "%s element %d" % (what, i - 1), last_at)
 
 
 def _check_limits(limits):
@@ -244,7 +355,7 @@ def _check_limits(limits):
             raise ValueError("unknown GGUF limit %r (known: %s)" % (key, ", ".join(sorted(DEFAULT_LIMITS))))
         if value is None:
             continue
-        if not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError("GGUF limit %s must be a positive integer, got %r" % (key, value))
         out[key] = value
     return out
@@ -252,10 +363,10 @@ def _check_limits(limits):
 
 def _read_value(r, vtype, key, keep_strings):
     if vtype == T_STRING:
-        return r.string("string value of key %r" % key, keep=keep_strings)
+        return r.string(_Lazy("string value of key %r", key), keep=keep_strings)
     fmt = VALUE_TYPES[vtype][1]
     size = struct.calcsize(fmt)
-    value = r.unpack(fmt, size, "value of key %r" % key)
+    value = r.unpack(fmt, size, _Lazy("value of key %r", key))
     if vtype == T_BOOL:
         return bool(value)
     return value
@@ -274,16 +385,21 @@ def _read_array(r, key):
         raise GGUFError("array %r has %d elements, over the limit of %d"
                         % (key, count, r.limits["max_array_elements"]), count_at)
     min_size = 8 if etype == T_STRING else struct.calcsize(VALUE_TYPES[etype][1])
-    if count * min_size > r.size - r.pos:
+    left = r.size - r.pos
+    if count * min_size > left:
         raise GGUFError("array %r claims %d elements (at least %d bytes) but only %d bytes are left in the "
-                        "file (truncated file?)" % (key, count, count * min_size, r.size - r.pos), count_at)
+                        "file (truncated file?)" % (key, count, count * min_size, left), count_at)
+    r.room(count * min_size, "array %r of %d elements" % (key, count), count_at)
     if etype == T_STRING:
+        r.count_strings(count, "array %r of %d strings" % (key, count), count_at)
         keep = count if count <= KEEP_STRING_ARRAY else ARRAY_HEAD
-        values = [r.string("element %d of array %r" % (i, key)) for i in range(keep)]
+        values = [r.string("element %d of array %r" % (i, key), counted=True) for i in range(keep)]
+        r.charge(ELEMENT_COST * keep, "array %r" % key, count_at)
         r.skip_strings(count - keep, "array %r" % key)
         return GGUFArray(etype, count, values, keep == count)
     fmt = VALUE_TYPES[etype][1]
     keep = count if count <= KEEP_NUMERIC_ARRAY else ARRAY_HEAD
+    r.charge(ELEMENT_COST * keep, "array %r" % key, count_at)
     data = r.raw(keep * min_size, "array %r" % key)
     values = list(struct.unpack("<%d%s" % (keep, fmt[1]), data))
     if etype == T_BOOL:
@@ -299,7 +415,7 @@ def _pad(n, alignment):
 def read_structure(path, limits=None):
     """Parse and check a GGUF file's header, metadata and tensor table. Returns a dict:
     version, kv (key -> (type id, value)), tensors (list of dicts), alignment, data_offset, file_size,
-    tensor_bytes (sum of tensor sizes), data_size (padded). Raises GGUFError."""
+    tensor_bytes (sum of tensor sizes), data_size (padded), limits. Raises GGUFError."""
     limits = _check_limits(limits)
     try:
         st = os.stat(path)
@@ -316,6 +432,7 @@ def read_structure(path, limits=None):
     except (IOError, OSError) as exc:
         raise GGUFError("cannot read: %s" % (exc.strerror or exc), path=path) from None
     result["path"] = path
+    result["limits"] = limits
     return result
 
 
@@ -341,17 +458,20 @@ def _parse(r):
     n_kv = r.u64("key/value count")
     if n_kv > limits["max_kv"]:
         raise GGUFError("key/value count %d is over the limit of %d" % (n_kv, limits["max_kv"]), 16)
+    r.room(n_tensors * MIN_TENSOR_INFO_BYTES, "tensor count %d" % n_tensors, 8)
+    r.room(n_kv * MIN_KV_BYTES, "key/value count %d" % n_kv, 16)
 
     kv = {}
     for i in range(n_kv):
         key_at = r.pos
-        key = r.string("key of key/value pair %d" % i)
+        key = r.string(_Lazy("key of key/value pair %d", i))
         if not key:
             raise GGUFError("key of key/value pair %d is empty" % i, key_at)
-        if key in kv:
+        if key in kv:  # keys compare as bytes, like llama.cpp's std::string keys (see _decode)
             raise GGUFError("duplicate key %r (key/value pair %d)" % (key, i), key_at)
+        r.charge(KV_COST, _Lazy("key/value pair %d", i), key_at)
         type_at = r.pos
-        vtype = r.u32("type of key %r" % key)
+        vtype = r.u32(_Lazy("type of key %r", key))
         if vtype not in VALUE_TYPES:
             raise GGUFError("key %r has invalid value type %d (valid: 0-12)" % (key, vtype), type_at)
         if vtype == T_ARRAY:
@@ -369,19 +489,22 @@ def _parse(r):
             raise GGUFError("general.alignment %d is not a power of 2" % avalue)
         alignment = avalue
 
+    r.room(n_tensors * MIN_TENSOR_INFO_BYTES, "the tensor table of %d tensors" % n_tensors, r.pos)
     tensors = []
     names = set()
     for i in range(n_tensors):
         info_at = r.pos
-        name = r.string("name of tensor %d" % i)
-        if len(name.encode("utf-8")) >= GGML_MAX_NAME:
+        name = r.string(_Lazy("name of tensor %d", i))
+        name_len = r.last_length
+        if name_len >= GGML_MAX_NAME:
             raise GGUFError("name of tensor %d is %d bytes, llama.cpp allows at most %d"
-                            % (i, len(name.encode("utf-8")), GGML_MAX_NAME - 1), info_at)
+                            % (i, name_len, GGML_MAX_NAME - 1), info_at)
         if name in names:
             raise GGUFError("duplicate tensor name %r (tensor %d)" % (name, i), info_at)
         names.add(name)
+        r.charge(TENSOR_COST, _Lazy("tensor %d", i), info_at)
         dims_at = r.pos
-        n_dims = r.u32("dimension count of tensor %r" % name)
+        n_dims = r.u32(_Lazy("dimension count of tensor %r", name))
         if n_dims > limits["max_dims"]:
             raise GGUFError("tensor %r has %d dimensions, at most %d are allowed"
                             % (name, n_dims, limits["max_dims"]), dims_at)
@@ -389,7 +512,7 @@ def _parse(r):
         nelements = 1
         for j in range(n_dims):
             ne_at = r.pos
-            ne = r.u64("dimension %d of tensor %r" % (j, name))
+            ne = r.u64(_Lazy("dimension %d of tensor %r", j, name))
             if ne > INT64_MAX:
                 raise GGUFError("tensor %r dimension %d is negative" % (name, j), ne_at)
             nelements *= ne
@@ -398,7 +521,7 @@ def _parse(r):
                                 % (name, shape + [ne]), ne_at)
             shape.append(ne)
         type_at = r.pos
-        ttype = r.u32("type of tensor %r" % name)
+        ttype = r.u32(_Lazy("type of tensor %r", name))
         if ttype not in GGML_TYPES:
             raise GGUFError("tensor %r has invalid or removed ggml type %d" % (name, ttype), type_at)
         tname, block, type_size = GGML_TYPES[ttype]
@@ -408,7 +531,7 @@ def _parse(r):
                             "size %d" % (name, tname, ne0, block), type_at)
         nbytes = nelements // block * type_size
         offset_at = r.pos
-        offset = r.u64("data offset of tensor %r" % name)
+        offset = r.u64(_Lazy("data offset of tensor %r", name))
         tensors.append({"name": name, "shape": shape, "type": tname, "type_id": ttype,
                         "offset": offset, "nbytes": nbytes, "info_offset": info_at, "offset_at": offset_at})
 
@@ -459,6 +582,26 @@ def _parse(r):
 
 # ---------------------------------------------------------------------------------------------------------
 # Model summary
+
+
+def _clean_text(text, keep_distinct=False):
+    """Text for Ansible: invalid bytes (surrogate escapes from _decode) become U+FFFD, or \\xNN escapes
+    where distinct strings must stay distinct (dict keys)."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-8", "surrogateescape").decode(
+        "utf-8", "backslashreplace" if keep_distinct else "replace")
+
+
+def _clean(value):
+    """value with every string cleaned by _clean_text(), recursively: no lone surrogate reaches JSON."""
+    if isinstance(value, str):
+        return _clean_text(value)
+    if isinstance(value, dict):
+        return dict((_clean_text(k, True) if isinstance(k, str) else k, _clean(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
 
 
 def _plain(value):
@@ -630,6 +773,24 @@ def split_info(kv):
 _BLK = re.compile(r"^blk\.(\d+)\.")
 
 
+def check_block_count(struct_info, key, block_count):
+    """Everything per layer (layer_types, layer_bytes...) is sized by block_count, a number the file states:
+    bound it by max_block_count and, in a file with tensors, by the tensor count (every llama.cpp block has
+    at least one tensor), before anything is built from it."""
+    if block_count is None:
+        return
+    limit = (struct_info.get("limits") or DEFAULT_LIMITS)["max_block_count"]
+    path = struct_info.get("path")
+    if block_count > limit:
+        raise GGUFError("%s %d is over the limit of %d blocks (llama.cpp loads at most %d; raise "
+                        "limits.max_block_count only for a real model with more)"
+                        % (_clean_text(key), block_count, limit, LLAMA_MAX_LAYERS), path=path)
+    n_tensors = len(struct_info["tensors"])
+    if n_tensors and block_count > n_tensors:
+        raise GGUFError("%s %d is more than the %d tensors of the file: every block has at least one tensor"
+                        % (_clean_text(key), block_count, n_tensors), path=path)
+
+
 def summarize(struct_info, include_kv=False):
     """The facts gguf_info returns, built from read_structure()'s result."""
     kv = struct_info["kv"]
@@ -640,9 +801,11 @@ def summarize(struct_info, include_kv=False):
     p = arch + "."
     ft = _uint(kv, "general.file_type")
     block_count = _uint(kv, p + "block_count")
+    check_block_count(struct_info, p + "block_count", block_count)
     nextn = _uint(kv, p + "nextn_predict_layers") or 0
     if block_count is not None and nextn > block_count:
-        raise GGUFError("%snextn_predict_layers %d is larger than block_count %d" % (p, nextn, block_count),
+        raise GGUFError("%snextn_predict_layers %d is larger than block_count %d"
+                        % (_clean_text(p), nextn, block_count),
                         path=struct_info.get("path"))
     kinds, source = layer_layout(kv, arch, block_count, nextn) if block_count else ([], None)
 
@@ -708,7 +871,7 @@ def summarize(struct_info, include_kv=False):
     }
     if include_kv:
         info["kv"] = dict((k, _plain(v[1])) for k, v in kv.items())
-    return info
+    return _clean(info)
 
 
 def inspect(path, limits=None, include_kv=False):
@@ -751,7 +914,9 @@ def check_split_set(first_info, first_struct, limits=None):
         raise GGUFError("file name says %d parts but split.count is %d" % (len(parts), count), path=path)
     missing = [p for p in parts if not os.path.isfile(p)]
     if missing:
-        raise GGUFError("split set incomplete: missing %s" % ", ".join(missing), path=path)
+        shown = ", ".join(missing[:5]) + (" and %d more" % (len(missing) - 5) if len(missing) > 5 else "")
+        raise GGUFError("split set incomplete: missing %s (%d of %d parts)" % (shown, len(missing), count),
+                        path=path)
     total_tensors = 0
     total_size = 0
     tensor_bytes = 0

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to llmops.serving
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """NVIDIA GPU discovery for llmops.serving.gpu_facts: run nvidia-smi, parse it, check it.
 
 Plain Python 3.6, standard library only, importable without Ansible (unit tests import it
@@ -120,9 +121,25 @@ COMPUTE_CAP_BY_NAME = (
     (r"\bV100", "7.0"),
 )
 
-NA_VALUES = ("", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]",
-             "[Insufficient Permissions]", "[GPU is lost]", "[Requested functionality has been deprecated]",
-             "[Not Found]")
+# Values meaning "this field does not apply / is not reported": None for an optional field. In a required
+# field (REQUIRED_FIELDS) they make the GPU faulty: a GPU without its memory size or UUID cannot be used.
+NA_VALUES = ("", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Insufficient Permissions]",
+             "[Requested functionality has been deprecated]", "[Not Found]")
+
+# Values nvidia-smi prints in a field when NVML failed for that GPU (NVML_ERROR_RESET_REQUIRED,
+# NVML_ERROR_UNKNOWN, NVML_ERROR_GPU_IS_LOST; "ERR!" where a sensor read failed). Any of them in any field
+# makes that GPU faulty, with this state; the other GPUs are still read.
+FAULT_MARKERS = (
+    ("[GPU is lost]", "lost"),
+    ("[GPU requires reset]", "reset_required"),
+    ("ERR!", "error"),
+    ("[Unknown Error]", "error"),
+)
+GPU_STATES = ("ok", "reset_required", "error", "lost")  # from healthy to worst
+
+# How each queried field is read: (parser, required).
+_CAP_RE = re.compile(r"^[0-9]+\.[0-9]+$")
+_ROW_START_RE = re.compile(r"^\s*[0-9]+\s*$")
 
 _LOST_RE = re.compile(
     r"Unable to determine the device handle for (?:GPU|gpu) ?"
@@ -135,6 +152,7 @@ _Q_CUDA_RE = re.compile(r"^\s*CUDA Version\s*:\s*(?P<v>\S+)\s*$", re.M)
 _NVML_LIB_RE = re.compile(r"NVML library version:\s*(?P<v>[0-9][0-9.]*)")
 _PROC_VERSION_RE = re.compile(r"Kernel Module\s+(?:for \S+\s+)?(?P<v>[0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 
+FAULTY = "faulty"
 ABSENT = "absent"
 MISMATCH = "mismatch"
 NO_DEVICES = "no_devices"
@@ -318,52 +336,226 @@ def lost_error(lost, healthy):
         % (buses, "; %d other GPU(s) still answer" % len(healthy) if healthy else "")))
 
 
-def parse_query(text, fields, header=None):
-    """Parse `nvidia-smi --query-gpu=<fields> --format=csv[...]` output into a list of dicts.
+def _split_rows(text, fields, header=None):
+    """(rows, malformed, skipped) of `--query-gpu` output.
 
-    Works with or without the header line and with or without units. Lines reporting a lost GPU
-    are skipped (see lost_gpus()). Values keep nvidia-smi's text; convert with to_gpu().
-    """
-    rows = []
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
-    for lineno, line in enumerate(lines):
+    rows: dicts field -> nvidia-smi's text. malformed: (index, line) of lines that start like a GPU row (the
+    index) but do not have one value per field. skipped: lines that are not rows of the query at all, such as
+    the "WARNING: infoROM is corrupted at gpu ..." lines nvidia-smi prints on stdout. A header line (with or
+    without units) is checked against the query; lines about lost GPUs are left to lost_gpus()."""
+    rows, malformed, skipped = [], [], []
+    seen_header = False
+    by_index = fields and fields[0] == "index"
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
         if _LOST_RE.search(line) or "fallen off the bus" in line:
             continue
         cells = [c.strip() for c in line.split(",")]
-        if lineno == 0 and (header or (header is None and cells and cells[0].split(" [")[0] == fields[0])):
+        name0 = cells[0].split(" [")[0]
+        if not seen_header and not rows and not malformed and header is not False and name0 == fields[0]:
             names = [c.split(" [")[0] for c in cells]
             if names != list(fields):
                 raise ValueError("nvidia-smi header %r does not match the query %r"
                                  % (line, ",".join(fields)))
+            seen_header = True
+            continue
+        looks_like_row = _ROW_START_RE.match(cells[0]) if by_index else len(cells) == len(fields)
+        if not looks_like_row:
+            skipped.append(line.strip())
             continue
         if len(cells) != len(fields):
-            raise ValueError("nvidia-smi returned %d values for %d fields in line %r"
-                             % (len(cells), len(fields), line))
+            malformed.append((cells[0].strip(), "nvidia-smi returned %d values for %d fields in line %r"
+                              % (len(cells), len(fields), line)))
+            continue
         rows.append(dict((f, cells[i]) for i, f in enumerate(fields)))
+    return rows, malformed, skipped
+
+
+def parse_query(text, fields, header=None, skipped=None):
+    """Parse `nvidia-smi --query-gpu=<fields> --format=csv[...]` output into a list of dicts.
+
+    Works with or without the header line and with or without units. Lines reporting a lost GPU are skipped
+    (see lost_gpus()), and so are lines that are not rows of the query (warnings nvidia-smi prints on stdout):
+    those are appended to `skipped` when a list is given. A row with the wrong number of values raises
+    ValueError (parse_gpus() makes it that GPU's fault instead). Values keep nvidia-smi's text; convert with
+    to_gpu()."""
+    rows, malformed, lines = _split_rows(text, fields, header)
+    if malformed:
+        raise ValueError(malformed[0][1])
+    if skipped is not None:
+        skipped.extend(lines)
     return rows
 
 
+def _read_int(value):
+    return int(float(_strip_unit(value)))
+
+
+def _read_float(value):
+    return float(_strip_unit(value))
+
+
+def _read_text(value):
+    return value
+
+
+def _read_cap(value):
+    if not _CAP_RE.match(value):
+        raise ValueError("not a compute capability: %r" % (value,))
+    return value
+
+
+_FIELD_READERS = {
+    "index": (_read_int, True),
+    "uuid": (_read_text, True),
+    "name": (_read_text, True),
+    "pci.bus_id": (_read_text, True),
+    "compute_cap": (_read_cap, False),
+    "memory.total": (_read_int, True),
+    "memory.used": (_read_int, True),
+    "memory.free": (_read_int, True),
+    "driver_version": (_read_text, True),
+    "persistence_mode": (_read_text, False),
+    "mig.mode.current": (_read_text, False),
+    "power.limit": (_read_float, False),
+    "temperature.gpu": (_read_int, False),
+    "pci.device_id": (_read_text, False),
+}
+
+
+def read_row(row):
+    """(values, bad) for one query row: values maps each field to its parsed value (None when not reported);
+    bad lists (field, text, state) for every field that says this GPU is in a bad state: an NVML error text
+    (FAULT_MARKERS), a required field that is not reported, or a value that cannot be parsed."""
+    values, bad = {}, []
+    for field, raw in row.items():
+        reader, required = _FIELD_READERS.get(field, (_read_text, False))
+        text = (raw or "").strip()
+        state = None
+        for marker, marker_state in FAULT_MARKERS:
+            if text == marker:
+                state = marker_state
+                break
+        if state is None and (text in NA_VALUES or (text.startswith("[") and text.endswith("]"))):
+            # Not reported. Unknown bracketed texts (a newer driver's wording) count as not reported too.
+            state = "error" if required else None
+            if state is None:
+                values[field] = None
+                continue
+        if state is None:
+            try:
+                values[field] = reader(text)
+                continue
+            except ValueError:
+                state = "error"
+        values[field] = None
+        bad.append((field, text, state))
+    return values, bad
+
+
+def _worst_state(bad):
+    states = [GPU_STATES.index(state) for _field, _text, state in bad]
+    return GPU_STATES[max(states)] if states else "ok"
+
+
+def describe_gpu(index, name=None, uuid=None, bus=None):
+    parts = [p for p in (name, uuid, bus) if p]
+    return "GPU %s (%s)" % (index, ", ".join(parts)) if parts else "GPU %s" % (index,)
+
+
+def fault_message(index, name, uuid, bus, bad):
+    """What is wrong with one GPU and what to do about it."""
+    state = _worst_state(bad)
+    grouped = []
+    for field, text, _state in bad:
+        for entry in grouped:
+            if entry[0] == text:
+                entry[1].append(field)
+                break
+        else:
+            grouped.append((text, [field]))
+    seen = "; ".join("%s for %s" % (text or "nothing", ", ".join(fields)) for text, fields in grouped)
+    who = describe_gpu(index, name, uuid, bus)
+    if state == "lost":
+        return ("%s is lost: nvidia-smi reports %s. It has fallen off the bus or stopped answering: check "
+                "`dmesg | grep -i xid` (Xid 79 = fallen off the bus), its power cables, seating and cooling, "
+                "then reboot the node; replace the card if it recurs." % (who, seen))
+    if state == "reset_required":
+        return ("%s requires a reset: nvidia-smi reports %s. Stop the processes using it (nvidia-smi "
+                "--query-compute-apps=pid,process_name --format=csv -i %s), then reset it as root with "
+                "`nvidia-smi -r -i %s`, or reboot the node; `dmesg | grep -i xid` shows what happened."
+                % (who, seen, index, index))
+    return ("%s is in an error state: nvidia-smi reports %s. Check `dmesg | grep -i -e xid -e nvrm`, then "
+            "reset it as root with `nvidia-smi -r -i %s` (after stopping its processes) or reboot the node; "
+            "replace the card if it recurs." % (who, seen, index))
+
+
 def to_gpu(row):
-    """One parsed query row -> the fact dict documented in gpu_facts RETURN."""
-    cap = parse_text(row.get("compute_cap"))
+    """One parsed query row -> the fact dict documented in gpu_facts RETURN. A GPU in a bad state gets
+    state != 'ok', an error message, and None for the fields it could not report."""
+    values, bad = read_row(row)
+    cap = values.get("compute_cap")
     if cap is None:
-        cap = compute_cap_fallback(row.get("name"), row.get("pci.device_id"))
-    return {
-        "index": int(row["index"]),
-        "uuid": row["uuid"].strip(),
-        "name": row["name"].strip(),
-        "pci_bus_id": row["pci.bus_id"].strip(),
+        cap = compute_cap_fallback(values.get("name"), values.get("pci.device_id"))
+    index = values.get("index")
+    persistence = values.get("persistence_mode")
+    gpu = {
+        "index": index,
+        "uuid": values.get("uuid"),
+        "name": values.get("name"),
+        "pci_bus_id": values.get("pci.bus_id"),
         "compute_cap": cap,
         "cuda_arch": cap_to_arch(cap) if cap else None,
-        "memory_total_mib": parse_int(row.get("memory.total")),
-        "memory_used_mib": parse_int(row.get("memory.used")),
-        "memory_free_mib": parse_int(row.get("memory.free")),
-        "driver_version": parse_text(row.get("driver_version")) or "",
-        "persistence_mode": parse_enabled(row.get("persistence_mode")),
-        "mig_mode": parse_text(row.get("mig.mode.current")),
-        "power_limit_w": parse_float(row.get("power.limit")),
-        "temperature_c": parse_int(row.get("temperature.gpu")),
+        "memory_total_mib": values.get("memory.total"),
+        "memory_used_mib": values.get("memory.used"),
+        "memory_free_mib": values.get("memory.free"),
+        "driver_version": values.get("driver_version") or "",
+        "persistence_mode": parse_enabled(persistence),
+        "mig_mode": values.get("mig.mode.current"),
+        "power_limit_w": values.get("power.limit"),
+        "temperature_c": values.get("temperature.gpu"),
+        "state": _worst_state(bad),
+        "error": None,
     }
+    if bad:
+        gpu["error"] = fault_message(index, gpu["name"], gpu["uuid"], gpu["pci_bus_id"], bad)
+        gpu["bad_fields"] = dict((field, text) for field, text, _state in bad)
+    return gpu
+
+
+def faulty_entry(gpu):
+    """The compact record of a faulty GPU returned in faulty_gpus."""
+    return {
+        "index": gpu["index"],
+        "uuid": gpu["uuid"],
+        "name": gpu["name"],
+        "pci_bus_id": gpu["pci_bus_id"],
+        "state": gpu["state"],
+        "error": gpu["error"],
+        "bad_fields": gpu.get("bad_fields", {}),
+    }
+
+
+def parse_gpus(text, fields, header=None):
+    """(gpus, faulty, skipped): the working GPUs (to_gpu() dicts), the GPUs in a bad state (faulty_entry()
+    records), and the lines that were not rows of the query. One bad GPU never hides the others."""
+    rows, malformed, skipped = _split_rows(text, fields, header)
+    gpus, faulty = [], []
+    for row in rows:
+        gpu = to_gpu(row)
+        if gpu["state"] == "ok":
+            gpus.append(gpu)
+        else:
+            faulty.append(faulty_entry(gpu))
+    for index, why in malformed:
+        idx = int(index)
+        faulty.append({"index": idx, "uuid": None, "name": None, "pci_bus_id": None, "state": "error",
+                       "error": "GPU %d: %s. Check `nvidia-smi -q -i %d` and `dmesg | grep -i -e xid -e "
+                                "nvrm`; reset it as root with `nvidia-smi -r -i %d` or reboot the node."
+                                % (idx, why, idx, idx),
+                       "bad_fields": {"row": why}})
+    return gpus, sorted(faulty, key=lambda f: f["index"]), skipped
 
 
 def parse_banner(text):
@@ -421,10 +613,10 @@ def run_command(argv, timeout):
     env = dict(os.environ)
     env["LC_ALL"] = "C"
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            universal_newlines=True, env=env, start_new_session=True)
+                            env=env, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
-        return proc.returncode, out, err, False
+        return proc.returncode, to_text(out), to_text(err), False
     except subprocess.TimeoutExpired:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -433,8 +625,18 @@ def run_command(argv, timeout):
         try:
             out, err = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:
-            out, err = "", ""
-        return proc.returncode, out, err, True
+            out, err = b"", b""
+        return proc.returncode, to_text(out), to_text(err), True
+
+
+def to_text(data):
+    """nvidia-smi output as text: UTF-8 with undecodable bytes replaced (a corrupted infoROM or VBIOS string
+    must not turn into a traceback), newlines normalised like universal_newlines."""
+    if data is None:
+        return ""
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", "replace")
+    return data.replace("\r\n", "\n").replace("\r", "\n")
 
 
 class NvidiaSmi(object):
@@ -459,11 +661,15 @@ class NvidiaSmi(object):
                 "stuck (a GPU in a bad state, a kernel module problem or a GPU reset in progress): check "
                 "`dmesg | grep -i -e nvrm -e xid`, and reboot the node if it persists. Raise `timeout` only "
                 "for very large systems." % (" ".join(argv), self.timeout)))
-        return rc, out or "", err or ""
+        return rc, to_text(out), to_text(err)
 
 
 def query_gpus(smi):
-    """Run the product query; retry without fields the driver does not know. Returns (rows, lost)."""
+    """Run the product query; retry without fields the driver does not know.
+
+    Returns (gpus, faulty, skipped, lost, note): working GPUs, GPUs in a bad state (parse_gpus()), lines that
+    were not rows of the query, lost GPUs (lost_gpus()), and a note when nvidia-smi exited non-zero but still
+    printed GPU rows (kept: one bad GPU makes it fail while the others answer)."""
     fields = list(QUERY_FIELDS)
     for _attempt in range(len(OPTIONAL_FIELDS) + 1):
         rc, out, err = smi.run(query_args(fields))
@@ -478,19 +684,34 @@ def query_gpus(smi):
                 continue
             raise GpuError(FAILED, "nvidia-smi rejected the query field %r (driver too old?): %s"
                            % (field, text.strip()))
+        try:
+            gpus, faulty, skipped = parse_gpus(out, fields, header=False)
+        except ValueError as exc:
+            raise GpuError(FAILED, "could not parse nvidia-smi output: %s" % exc) from exc
         lost = lost_gpus(text)
+        note = None
         if not lost:
             failure = classify_failure(rc, text)
             if failure is not None:
-                raise failure
-        try:
-            rows = parse_query(out, fields, header=False)
-        except ValueError as exc:
-            raise GpuError(FAILED, "could not parse nvidia-smi output: %s" % exc) from exc
-        if lost and not rows:
-            raise lost_error(lost, [])
-        return rows, lost
+                if failure.kind != FAILED or not (gpus or faulty):
+                    raise failure
+                note = failure.message
+        if not gpus and not faulty:
+            if lost:
+                raise lost_error(lost, [])
+            if skipped:
+                raise GpuError(FAILED, "could not parse nvidia-smi output: no line is a GPU row of the query "
+                                       "%s; it printed: %s" % (",".join(fields), " / ".join(skipped)[:500]))
+        return gpus, faulty, skipped, lost, note
     raise GpuError(FAILED, "nvidia-smi rejected every query")
+
+
+def faulty_summary(faulty, total):
+    """Host-level summary of the GPUs in a bad state (None when there is none)."""
+    if not faulty:
+        return None
+    return "%d of %d GPU(s) in a bad state, the others were read: %s" % (
+        len(faulty), total, " ".join(f["error"] for f in faulty))
 
 
 def empty_facts(error=None):
@@ -528,37 +749,46 @@ def build_facts(gpus, driver_version="", cuda_version="", error=None):
     return facts
 
 
-def collect(nvidia_smi_path=None, timeout=15, runner=run_command, env_path=None,
-            extra_dirs=("/usr/bin", "/usr/local/bin"), proc_version_path="/proc/driver/nvidia/version"):
-    """Read the GPUs. Returns (facts, error_kind); facts follow the llmops_gpus contract.
+def collect_all(nvidia_smi_path=None, timeout=15, runner=run_command, env_path=None,
+                extra_dirs=("/usr/bin", "/usr/local/bin"), proc_version_path="/proc/driver/nvidia/version"):
+    """Read the GPUs. Returns a dict:
 
-    Never raises for node problems: they land in facts['error'] with error_kind set.
-    Raises GpuError only for a wrong nvidia_smi_path (a configuration error).
+    facts: the llmops_gpus fact (the contract: only working GPUs in gpus/count; error says what is wrong);
+    kind: the error kind (None when all is well); faulty: faulty_entry() records of the GPUs in a bad state;
+    node_error: the part of facts['error'] that is not about a faulty GPU (no driver, lost GPU, timeout...);
+    warnings: lines nvidia-smi printed that were not GPU rows, and a non-zero exit it had despite rows.
+
+    Never raises for node problems. Raises GpuError only for a wrong nvidia_smi_path (a configuration error).
     """
+    out = {"facts": None, "kind": None, "faulty": [], "node_error": None, "warnings": []}
     path = find_nvidia_smi(nvidia_smi_path, env_path=env_path, extra_dirs=extra_dirs)
     if path is None:
-        return empty_facts(
-            "nvidia-smi not found in PATH or /usr/bin: the NVIDIA driver is not installed on this host "
-            "(install it, e.g. with the llmops.serving driver role, or set nvidia_smi_path)"), ABSENT
+        message = ("nvidia-smi not found in PATH or /usr/bin: the NVIDIA driver is not installed on this "
+                   "host (install it, e.g. with the llmops.serving driver role, or set nvidia_smi_path)")
+        out.update(facts=empty_facts(message), kind=ABSENT, node_error=message)
+        return out
     smi = NvidiaSmi(path, timeout=timeout, runner=runner)
     try:
-        rows, lost = query_gpus(smi)
+        gpus, faulty, skipped, lost, note = query_gpus(smi)
     except GpuError as exc:
         message = exc.message
         if exc.kind == MISMATCH:
             loaded = kernel_module_version(proc_version_path)
             if loaded:
                 message += " Loaded kernel module: %s." % loaded
-        return empty_facts(message), exc.kind
-    try:
-        gpus = [to_gpu(r) for r in rows]
-    except (ValueError, KeyError) as exc:
-        return empty_facts("could not parse nvidia-smi output: %s" % exc), FAILED
-    error, kind = None, None
+        out.update(facts=empty_facts(message), kind=exc.kind, node_error=message)
+        return out
+    out["faulty"] = faulty
+    out["warnings"] = ["nvidia-smi printed a line that is not a GPU row, ignored: %s" % line
+                       for line in skipped]
+    if note:
+        out["warnings"].append("nvidia-smi exited with an error but printed the GPU rows, which were read: %s"
+                               % note)
+    node_error, kind = None, None
     if lost:
-        error, kind = lost_error(lost, gpus).message, LOST
-    if not gpus and error is None:
-        error, kind = classify_failure(6, "No devices were found").message, NO_DEVICES
+        node_error, kind = lost_error(lost, gpus).message, LOST
+    if not gpus and not faulty and node_error is None:
+        node_error, kind = classify_failure(6, "No devices were found").message, NO_DEVICES
 
     driver = gpus[0]["driver_version"] if gpus else ""
     cuda = ""
@@ -566,18 +796,32 @@ def collect(nvidia_smi_path=None, timeout=15, runner=run_command, env_path=None,
         # The CUDA version the driver supports is printed by --version (R525+), the banner and -q.
         for args, parser in ((["--version"], parse_q), ([], parse_banner), (["-q"], parse_q)):
             try:
-                rc, out, err = smi.run(args)
+                rc, text, _err = smi.run(args)
             except GpuError as exc:
-                error, kind = error or exc.message, kind or exc.kind
+                node_error, kind = node_error or exc.message, kind or exc.kind
                 break
             if rc != 0:
                 continue
-            d, c = parser(out)
+            d, c = parser(text)
             if c:
                 driver = driver or d or ""
                 cuda = c
                 break
-    return build_facts(gpus, driver, cuda, error), kind
+    faulty_text = faulty_summary(faulty, len(gpus) + len(faulty))
+    if faulty and kind is None:
+        kind = FAULTY
+    error = " ".join(e for e in (node_error, faulty_text) if e) or None
+    out.update(facts=build_facts(gpus, driver, cuda, error), kind=kind, node_error=node_error)
+    return out
+
+
+def collect(nvidia_smi_path=None, timeout=15, runner=run_command, env_path=None,
+            extra_dirs=("/usr/bin", "/usr/local/bin"), proc_version_path="/proc/driver/nvidia/version"):
+    """Read the GPUs. Returns (facts, error_kind); facts follow the llmops_gpus contract. See collect_all()
+    for the faulty GPUs and warnings as well."""
+    out = collect_all(nvidia_smi_path, timeout=timeout, runner=runner, env_path=env_path,
+                      extra_dirs=extra_dirs, proc_version_path=proc_version_path)
+    return out["facts"], out["kind"]
 
 
 # --------------------------------------------------------------------------- checks
@@ -610,8 +854,20 @@ def _cap_text(cap):
     return "%d.%d" % cap
 
 
-def select_devices(gpus, devices):
-    """Resolve `devices` (indices or UUIDs) to GPU dicts. Returns (selected, errors)."""
+def _matches(key, gpu):
+    uuid = gpu.get("uuid") or ""
+    return (key.isdigit() and gpu.get("index") is not None and int(key) == gpu["index"]) or (
+        bool(uuid) and key.lower() == uuid.lower())
+
+
+def is_wanted(gpu, devices):
+    """Whether the checks apply to this GPU (or faulty_entry()): every GPU when `devices` is empty."""
+    return not devices or any(_matches(str(dev).strip(), gpu) for dev in devices)
+
+
+def select_devices(gpus, devices, faulty=()):
+    """Resolve `devices` (indices or UUIDs) to GPU dicts. Returns (selected, errors). A device that is one of
+    the `faulty` GPUs is not "not found": the caller reports it as faulty."""
     if not devices:
         return list(gpus), []
     selected, errors = [], []
@@ -620,9 +876,11 @@ def select_devices(gpus, devices):
         key = str(dev).strip()
         match = None
         for g in gpus:
-            if (key.isdigit() and int(key) == g["index"]) or key.lower() == g["uuid"].lower():
+            if _matches(key, g):
                 match = g
                 break
+        if match is None and any(_matches(key, f) for f in faulty):
+            continue
         if match is None:
             errors.append("device %r not found on this host; GPUs present: %s. Fix `devices` "
                           "(GPU indices or UUIDs from nvidia-smi -L)." % (key, known))
@@ -631,11 +889,20 @@ def select_devices(gpus, devices):
     return selected, errors
 
 
+def faulty_warnings(faulty, devices):
+    """Messages for the faulty GPUs the checks do not apply to (not in `devices`): warnings, not failures."""
+    return ["%s (not in devices, so no check fails on it)" % f["error"] for f in faulty or ()
+            if not is_wanted(f, devices)]
+
+
 def evaluate(facts, require_arch=None, min_driver_version=None, require_cuda=None,
-             min_memory_mib=None, min_free_memory_mib=None, devices=None):
+             min_memory_mib=None, min_free_memory_mib=None, devices=None, faulty=None, node_error=None):
     """Check the facts against the requirements. Returns (selected_gpus, failures).
 
-    Every failure names the GPU, what was found, what was wanted and how to fix it.
+    Every failure names the GPU, what was found, what was wanted and how to fix it. With `faulty` and
+    `node_error` from collect_all(), a GPU in a bad state fails the checks only when it is wanted (in
+    `devices`, or `devices` is empty), naming it and how to reset it; one outside `devices` is left to
+    faulty_warnings(). Without them, any facts['error'] fails the checks (a node with a broken GPU).
     """
     failures = []
     checks_wanted = bool(require_arch or min_driver_version or require_cuda or min_memory_mib is not None
@@ -649,17 +916,25 @@ def evaluate(facts, require_arch=None, min_driver_version=None, require_cuda=Non
     except ValueError as exc:
         return [], [str(exc).replace("not a version", "invalid version")]
 
-    if not facts["present"]:
+    if not facts["present"] and not faulty:
         if checks_wanted:
             failures.append("no usable NVIDIA GPU to check: %s" % (facts["error"] or "none found"))
         return [], failures
 
-    if facts["error"] and checks_wanted:
+    if faulty is None:
+        host_error = facts["error"]
+    else:
+        host_error = node_error
+    if host_error and checks_wanted:
         # Some GPUs answered but not all (one fell off the bus, or a later call hung): do not pass a check
         # on a node with a broken GPU.
-        failures.append("not every GPU is healthy: %s" % facts["error"])
+        failures.append("not every GPU is healthy: %s" % host_error)
+    if checks_wanted:
+        for f in faulty or ():
+            if is_wanted(f, devices):
+                failures.append(f["error"])
 
-    selected, errors = select_devices(facts["gpus"], devices)
+    selected, errors = select_devices(facts["gpus"], devices, faulty or ())
     failures.extend(errors)
 
     for gpu in selected:

@@ -1,7 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: contributors to llmops.serving
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import absolute_import, division, print_function
 
@@ -18,7 +19,17 @@ description:
     dimensions, tensor offsets aligned to C(general.alignment), in order, without overlap or gap, and a data
     section that ends exactly at the end of the file, so a truncated download is caught without hashing.
   - A malformed or crafted file fails the task with a message that says what is wrong and at which byte
-    offset; it never crashes, hangs or allocates much memory.
+    offset; it never crashes, hangs or allocates much memory. Every count the file states is bounded before
+    it is used, by O(limits) and by what the rest of the file can hold (each key/value, tensor or array
+    element takes at least one byte), so a count of 2^63 in a 700-byte file fails in milliseconds. The whole
+    header shares one budget (O(limits.max_metadata_bytes)) for its size in the file and the memory its kept
+    values take, and one for its number of strings (O(limits.max_metadata_strings)), which bounds the time
+    spent walking token and merge lists. The block count, which sizes every per-layer result, is bounded by
+    O(limits.max_block_count) and, in a file with tensors, by the tensor count.
+  - Strings are taken as bytes, like llama.cpp does (no UTF-8 validation), so keys and tensor names that
+    differ only in bytes that are not UTF-8 are different, and the 63-byte tensor name limit counts bytes.
+    Returned text has such bytes replaced by U+FFFD (in RV(kv) keys, by C(\xNN) escapes, so keys stay
+    distinct).
   - Returns the architecture, quantization, hyperparameters, the hybrid layout (which blocks are attention,
     recurrent or MTP/nextn), the tokenizer, the chat template with its risky constructs, split information,
     and tensor sizes per layer.
@@ -81,6 +92,24 @@ options:
         description: Most dimensions of one tensor.
         type: int
         default: 4
+      max_block_count:
+        description:
+          - Most blocks (C(<arch>.block_count)) a file may declare; llama.cpp loads at most 512.
+        type: int
+        default: 4096
+      max_metadata_bytes:
+        description:
+          - Most bytes the header (key/values and tensor table) may take, both in the file and in memory once
+            parsed (kept values at the size of their Python objects). The largest real tokenizer metadata
+            (gemma-4's vocabulary) is about 16 MB.
+        type: int
+        default: 67108864
+      max_metadata_strings:
+        description:
+          - Most strings (keys, values, tensor names, array elements) in the header; bounds the time spent
+            walking them. The largest real vocabulary files hold under 800000.
+        type: int
+        default: 2097152
 notes:
   - Supports check mode; in check mode the sidecar record is not written.
   - Runs on the managed node with Python 3.6 or later and the standard library only.
@@ -319,6 +348,9 @@ def main():
                 max_string_bytes=dict(type="int", default=16777216),
                 max_array_elements=dict(type="int", default=16777216),
                 max_dims=dict(type="int", default=4),
+                max_block_count=dict(type="int", default=4096),
+                max_metadata_bytes=dict(type="int", default=67108864),
+                max_metadata_strings=dict(type="int", default=2097152),
             )),
         ),
         supports_check_mode=True,
@@ -340,6 +372,9 @@ def main():
         module.fail_json(msg="GGUF check failed: %s" % exc, path=path, offset=exc.offset, verified=False)
     except ValueError as exc:
         module.fail_json(msg=str(exc), path=path, verified=False)
+    except (MemoryError, OverflowError, RecursionError) as exc:  # a backstop: the limits should prevent these
+        module.fail_json(msg="GGUF check failed: %s: %s while reading the metadata (crafted file?)"
+                             % (path, type(exc).__name__), path=path, verified=False)
 
     result["verified"] = False
     if expected or p["compute_sha256"]:

@@ -1,7 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: contributors to llmops.serving
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import absolute_import, division, print_function
 
@@ -24,6 +25,15 @@ description:
   - Optional checks (O(require_arch), O(min_driver_version), O(require_cuda), O(min_memory_mib),
     O(min_free_memory_mib)) apply to every GPU, or only to O(devices). A failed check names the GPU, what was
     found, what was wanted and how to fix it.
+  - One GPU in a bad state (nvidia-smi prints C([GPU requires reset]), C(ERR!), C([Unknown Error]) or
+    C([GPU is lost]) in its row, a required field such as its memory is C([N/A]), or a value cannot be read)
+    is that GPU's fault, the other GPUs are still read. It is left out of C(llmops_gpus.gpus), described in
+    RV(faulty_gpus) and in C(llmops_gpus.error) with how to reset it (C(nvidia-smi -r -i N) or a reboot).
+    When it is one of the GPUs the checks apply to, the checks (and O(required)) fail naming it; when it is
+    not in O(devices), the module only warns.
+  - Lines nvidia-smi prints among the CSV rows that are not GPU rows (such as its warning that the infoROM
+    of a GPU is corrupted) are skipped and returned as warnings; output that is not UTF-8 is decoded with
+    replacement characters.
   - Read-only; never changes the host.
 author:
   - llmops.serving developers (@llmops)
@@ -54,7 +64,8 @@ options:
     description:
       - When V(false), a host without a working NVIDIA driver returns C(present=false) and the reason in
         C(llmops_gpus.error).
-      - When V(true), that is a failure, and so is any GPU that has fallen off the bus.
+      - When V(true), that is a failure, and so is any GPU that has fallen off the bus, and any GPU in a bad
+        state among O(devices) (all GPUs when O(devices) is empty).
     type: bool
     default: false
   require_arch:
@@ -85,7 +96,8 @@ options:
   devices:
     description:
       - GPU indices or UUIDs to check and return in RV(selected). Empty means all GPUs.
-      - A device that is not present is an error.
+      - A device that is not present is an error. A GPU in a bad state outside these devices only gives a
+        warning.
     type: list
     elements: str
     default: []
@@ -166,11 +178,13 @@ ansible_facts:
           type: bool
           returned: always
         error:
-          description: Why GPUs are missing or unhealthy, with what to do about it; null when all is well.
+          description: >-
+            Why GPUs are missing or unhealthy, with what to do about it (including a summary of the GPUs in a
+            bad state, see RV(faulty_gpus)); null when all is well.
           type: str
           returned: always
         gpus:
-          description: One entry per working GPU, by index.
+          description: One entry per working GPU, by index; GPUs in a bad state are in RV(faulty_gpus).
           type: list
           elements: dict
           returned: always
@@ -223,6 +237,46 @@ ansible_facts:
             temperature_c:
               description: GPU temperature in degrees Celsius; null when not reported.
               type: int
+            state:
+              description: C(ok) for every GPU listed here (GPUs in another state are in RV(faulty_gpus)).
+              type: str
+              sample: ok
+            error:
+              description: Null for every GPU listed here.
+              type: str
+faulty_gpus:
+  description: >-
+    GPUs that nvidia-smi lists but reports in a bad state, by index. They are not in C(llmops_gpus.gpus) nor
+    counted in C(llmops_gpus.count).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: nvidia-smi index.
+      type: int
+    uuid:
+      description: GPU UUID; null when not reported.
+      type: str
+    name:
+      description: Product name; null when not reported.
+      type: str
+    pci_bus_id:
+      description: PCI bus id; null when not reported.
+      type: str
+    state:
+      description: >-
+        C(reset_required) (C([GPU requires reset])), C(lost) (C([GPU is lost])) or C(error) (C(ERR!),
+        C([Unknown Error]), a required field not reported, or a value that cannot be read).
+      type: str
+      sample: reset_required
+    error:
+      description: What nvidia-smi reported for this GPU and what to do (reset it or reboot the node).
+      type: str
+    bad_fields:
+      description: The query fields that were in error, with what nvidia-smi printed.
+      type: dict
+      sample: {"memory.total": "[GPU requires reset]"}
 selected:
   description: The GPUs the checks applied to (all GPUs, or those named in O(devices)); same shape as C(gpus).
   returned: always
@@ -235,14 +289,20 @@ failures:
   elements: str
 error_kind:
   description: >-
-    Class of problem behind C(llmops_gpus.error): absent, mismatch, no_driver, no_devices, lost, timeout or
-    failed; null when there is none.
+    Class of problem behind C(llmops_gpus.error): absent, mismatch, no_driver, no_devices, lost, timeout,
+    failed, or faulty (only GPUs in a bad state, see RV(faulty_gpus)); null when there is none.
   returned: always
   type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.gpu import GpuError, collect, evaluate  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.gpu import (  # noqa: E402
+    GpuError,
+    collect_all,
+    evaluate,
+    faulty_warnings,
+    is_wanted,
+)
 
 
 def main():
@@ -264,19 +324,30 @@ def main():
     if p["timeout"] < 1:
         module.fail_json(msg="timeout must be at least 1 second, got %d" % p["timeout"])
     try:
-        facts, kind = collect(nvidia_smi_path=p["nvidia_smi_path"], timeout=p["timeout"])
+        found = collect_all(nvidia_smi_path=p["nvidia_smi_path"], timeout=p["timeout"])
     except GpuError as exc:
         module.fail_json(msg=exc.message, error_kind=exc.kind)
+    facts, kind, faulty = found["facts"], found["kind"], found["faulty"]
 
+    for warning in found["warnings"]:
+        module.warn(warning)
+    for message in faulty_warnings(faulty, p["devices"]):
+        module.warn(message)
     for gpu in facts["gpus"]:
         if gpu["mig_mode"] == "Enabled":
             module.warn("GPU %d (%s) has MIG enabled: CUDA programs see its MIG instances, not the whole "
                         "GPU. Disable it with `nvidia-smi -i %d -mig 0` (and a GPU reset) to serve from the "
                         "full GPU." % (gpu["index"], gpu["name"], gpu["index"]))
 
-    result = dict(changed=False, llmops_gpus=facts, error_kind=kind, selected=[], failures=[])
-    if facts["error"] and p["required"]:
-        module.fail_json(msg=facts["error"], **result)
+    result = dict(changed=False, llmops_gpus=facts, error_kind=kind, selected=[], failures=[],
+                  faulty_gpus=faulty)
+    wanted_faulty = [f["error"] for f in faulty if is_wanted(f, p["devices"])]
+    if p["required"] and (found["node_error"] or wanted_faulty or not facts["present"]):
+        module.fail_json(msg=" ".join([e for e in [found["node_error"]] + wanted_faulty if e])
+                         or facts["error"] or "no usable NVIDIA GPU", **result)
+    if wanted_faulty and not p["required"]:
+        for message in wanted_faulty:
+            module.warn(message)
 
     selected, failures = evaluate(
         facts,
@@ -286,6 +357,8 @@ def main():
         min_memory_mib=p["min_memory_mib"],
         min_free_memory_mib=p["min_free_memory_mib"],
         devices=p["devices"],
+        faulty=faulty,
+        node_error=found["node_error"],
     )
     result.update(selected=selected, failures=failures)
     if failures:

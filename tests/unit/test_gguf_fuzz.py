@@ -3,6 +3,7 @@ consistent success, quickly and without allocating much; a success must also par
 gguf-py (differential oracle)."""
 import os
 import shutil
+import struct
 import sys
 import tempfile
 import time
@@ -14,7 +15,17 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.fixtures import llama_cpp_source
-from tests.fixtures.gguf.builder import tiny_qwen35
+from tests.fixtures.gguf.builder import (
+    ARRAY,
+    BOOL,
+    FLOAT32,
+    STRING,
+    UINT8,
+    UINT32,
+    UINT64,
+    GGUFBuilder,
+    tiny_qwen35,
+)
 
 TEMPLATE = "{% for m in messages %}{{ '<|im_start|>' + m['role'] }}{{ m['content'] }}{% endfor %}"
 SEED = tiny_qwen35(chat_template=TEMPLATE, split=(0, 1, 12)).build()
@@ -22,6 +33,7 @@ INTERESTING = [0, 1, 2, 3, 4, 7, 8, 9, 12, 13, 31, 32, 33, 63, 64, 65, 255, 256,
                (1 << 24), (1 << 31) - 1, 1 << 31, (1 << 32) - 1, 1 << 32, 1 << 40, 1 << 62,
                (1 << 63) - 1, 1 << 63, (1 << 64) - 1]
 TIME_BOUND = 2.0
+MIB = 1024 * 1024
 
 _DIR = tempfile.mkdtemp(prefix="gguf-fuzz-")
 
@@ -76,8 +88,9 @@ def test_seed_is_valid():
 
 
 def test_every_field_with_every_interesting_value():
-    """Exhaustive structure-aware sweep: each count, length, type, dimension and offset of the seed set to
-    each boundary value. Memory stays bounded while the huge values are tried."""
+    """Exhaustive structure-aware sweep: each count, length, type, dimension, offset and scalar metadata value
+    (block_count, nextn_predict_layers, split.count...) of the seed set to each boundary value. Memory stays
+    bounded while the huge values are tried."""
     kinds = {}
     for kind, _, _ in SEED.fields:
         kinds[kind] = kinds.get(kind, 0) + 1
@@ -99,6 +112,7 @@ def test_every_field_with_every_interesting_value():
         tracemalloc.stop()
     assert peak < 16 * 1024 * 1024
     assert outcomes["error"] > 1000 and outcomes["ok"] > 10  # the sweep hits both sides
+    assert any(kind == "value.uint32" for kind, _, _ in cases)  # metadata values are swept too
 
 
 @st.composite
@@ -108,7 +122,7 @@ def mutations(draw, seed):
         op = draw(st.sampled_from(["field", "field", "flip", "truncate", "insert", "delete", "dup"]))
         if op == "field":
             kind, offset, fmt = draw(st.sampled_from(seed.fields))
-            size = int(fmt[2:]) if fmt[2:].isdigit() else {"<Q": 8, "<I": 4}[fmt]
+            size = struct.calcsize(fmt)
             value = draw(st.one_of(st.sampled_from(INTERESTING), st.integers(0, (1 << (8 * size)) - 1)))
             if offset + size <= len(data):
                 data[offset:offset + size] = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
@@ -131,20 +145,65 @@ def mutations(draw, seed):
     return bytes(data)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutations(SEED))
 def test_random_mutations_fail_cleanly(data):
     check(data)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+COUNTS = st.one_of(st.sampled_from(INTERESTING), st.integers(0, 1 << 20), st.integers(0, (1 << 64) - 1))
+
+
+@st.composite
+def crafted_counts(draw):
+    """A small file whose counts (block_count, n_kv, n_tensors, array counts, string lengths, n_dims, dims)
+    are drawn from anywhere in their range: each must end in a clean error or a consistent success, fast and
+    small, whatever the file claims."""
+    arch = draw(st.sampled_from(["qwen35", "llama", "jamba", "granitehybrid"]))
+    b = GGUFBuilder()
+    b.add("general.architecture", STRING, arch)
+    b.add("%s.block_count" % arch, draw(st.sampled_from([UINT32, UINT64])), 4)
+    b.add("%s.nextn_predict_layers" % arch, UINT32, 1)
+    b.add("%s.attention.head_count_kv" % arch, ARRAY, [0, 0, 0, 2], UINT32)
+    b.add("%s.attention.recurrent_layers" % arch, ARRAY, [True, False, True, False], BOOL)
+    b.add("tokenizer.ggml.tokens", ARRAY, ["a", "b", "c"], STRING)
+    b.add("tokenizer.ggml.scores", ARRAY, [0.0, 1.0, 2.0], FLOAT32)
+    b.add("x.u8", ARRAY, [1, 2, 3], UINT8)
+    for il in range(4):
+        b.tensor("blk.%d.attn_norm.weight" % il, [32], "F32")
+    built = b.build()
+    data = built.data
+    kinds = sorted(set(kind for kind, _, _ in built.fields))
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(kinds))
+        index = draw(st.integers(0, len([f for f in built.fields if f[0] == kind]) - 1))
+        _, offset, fmt = built.field(kind, index)
+        size = struct.calcsize(fmt)
+        value = draw(COUNTS) & ((1 << (8 * size)) - 1)
+        data = data[:offset] + value.to_bytes(size, "little") + data[offset + size:]
+    return data
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(crafted_counts())
+def test_crafted_counts_are_bounded_in_time_and_memory(data):
+    tracemalloc.start()
+    try:
+        check(data, name="counts.gguf")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * MIB
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutations(SEED))
 def test_successes_agree_with_gguf_py(data):
     info = check(data, oracle=_gguf_py())
     event("parsed" if info else "GGUFError")
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=512))
 def test_arbitrary_bytes(data):
     check(b"GGUF" + data if data[:1] == b"\0" else data)

@@ -17,8 +17,9 @@ FALLBACK_FIELDS = [f for f in gpu.QUERY_FIELDS if f != "compute_cap"] + ["pci.de
 
 
 def read(name):
-    with open(os.path.join(CORPUS, name)) as fh:
-        return fh.read()
+    """The file as gpu.run_command hands nvidia-smi output over: UTF-8, undecodable bytes replaced."""
+    with open(os.path.join(CORPUS, name), "rb") as fh:
+        return fh.read().decode("utf-8", "replace")
 
 
 def entries(kind):
@@ -41,9 +42,12 @@ def test_query_file_parses_to_the_expected_facts(name):
     # The header line (if any) carries units in brackets, values carry units unless nounits was given.
     assert text.startswith("index, ") == meta["header"]
     assert (" MiB," in text) == meta["units"]
-    rows = gpu.parse_query(text, fields)
+    skipped = []
+    rows = gpu.parse_query(text, fields, skipped=skipped)
     facts = gpu.build_facts([gpu.to_gpu(r) for r in rows])
     exp = meta["expect"]
+    assert skipped == exp.get("skipped", [])
+    assert ("encoding" in meta) == ("\ufffd" in text)
     assert facts["present"] is True
     assert facts["count"] == exp["count"]
     assert sorted({g["name"] for g in facts["gpus"]}) == exp["names"]
@@ -66,6 +70,25 @@ def test_query_file_parses_to_the_expected_facts(name):
             assert g["memory_total_mib"] == exp["memory_total_mib"]
         if "power_limit_w" in exp:
             assert g["power_limit_w"] == exp["power_limit_w"]
+
+
+@pytest.mark.parametrize("name", entries("faulty"))
+def test_faulty_gpu_rows_are_that_gpus_fault(name):
+    exp = MANIFEST[name]["expect"]
+    gpus, faulty, skipped = gpu.parse_gpus(read(name), list(gpu.QUERY_FIELDS))
+    assert skipped == []
+    assert [g["index"] for g in gpus] == exp["healthy"] and len(gpus) == exp["count"]
+    assert all(g["state"] == "ok" and g["error"] is None for g in gpus)
+    assert {str(f["index"]): f["state"] for f in faulty} == exp["faulty"]
+    assert {str(f["index"]): sorted(f["bad_fields"]) for f in faulty} == {
+        k: sorted(v) for k, v in exp["bad_fields"].items()}
+    for f in faulty:
+        assert f["uuid"].startswith("GPU-") and f["name"] and f["pci_bus_id"]
+        for needle in exp["message_has"]:
+            assert needle in f["error"], needle
+    # to_gpu() on such a row says it is faulty instead of raising or inventing values.
+    states = [gpu.to_gpu(r)["state"] for r in gpu.parse_query(read(name), list(gpu.QUERY_FIELDS))]
+    assert sorted(s for s in states if s != "ok") == sorted(exp["faulty"].values())
 
 
 def test_units_and_nounits_files_of_the_same_gpus_parse_identically():

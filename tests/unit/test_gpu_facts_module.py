@@ -31,6 +31,8 @@ GPU_KEYS = {
     "mig_mode",
     "power_limit_w",
     "temperature_c",
+    "state",
+    "error",
 }
 
 
