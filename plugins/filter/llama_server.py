@@ -1,10 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: llmops.serving contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Filters that expose llama-server's flag table (plugins/module_utils/llama_server_args.py) to templates.
 
     {{ llama_server_instances | llmops.serving.llama_server_plan(defaults=..., llama_cpp=llmops_llama_cpp) }}
     {{ plan | llmops.serving.llama_server_exec_start(user='llama') }}          -> ExecStart= value
+    {{ llama_server_instances | llmops.serving.llama_server_env_file('qwen', mode='host') }} -> env file lines
     {{ settings | llmops.serving.llama_server_argv(model='/m.gguf', port=8003) }}
     {{ systemd_version | llmops.serving.llama_server_hardening(read_paths=[...]) }}
     {{ systemd_version | llmops.serving.llama_server_restart_policy(restart_sec=10) }}
@@ -43,6 +45,12 @@ def llama_server_exec_start(plan, user=None, docker="/usr/bin/docker", entrypoin
     if plan["mode"] == "container":
         return lsa.systemd_command(lsa.docker_run_args(plan, user=user, docker=docker, entrypoint=entrypoint))
     return lsa.systemd_command([plan["binary"]] + list(plan["argv"]))
+
+
+def llama_server_env_file(instances, name, mode="host", systemd_version=None):
+    """The assignments of instance `name`'s env file: systemd EnvironmentFile= (host) or docker --env-file
+    (container) syntax. Secret: only for the no_log task that writes the 0600 file."""
+    return lsa.instance_env_file(instances, name, mode=mode, systemd_version=systemd_version)
 
 
 def llama_server_hardening(systemd_version, read_paths=(), mode="host"):
@@ -86,6 +94,7 @@ class FilterModule(object):
             "llama_server_plan": _wrap(llama_server_plan),
             "llama_server_argv": _wrap(llama_server_argv),
             "llama_server_exec_start": _wrap(llama_server_exec_start),
+            "llama_server_env_file": _wrap(llama_server_env_file),
             "llama_server_hardening": _wrap(llama_server_hardening),
             "llama_server_restart_policy": _wrap(llama_server_restart_policy),
             "llama_server_instance_fact": _wrap(llama_server_instance_fact),

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: llmops.serving contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """llama-server's command line, in one table, for the pinned llama.cpp version.
 
 This file is the ONLY place in the collection that knows how llama-server spells a flag. Instance settings
@@ -509,14 +510,114 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 CONTAINER_MODEL_DIR = "/models"
 CONTAINER_KEY_FILE = "/run/secrets/llama-server-api-key"
 
+# Instance environment (`env`) may hold secrets (LLAMA_API_KEY, HF_TOKEN, ...): it never goes into the unit
+# or on a command line, only into <config_dir>/<name>.env (root, 0600), read as root by systemd
+# (EnvironmentFile=, host mode) or by the docker client (docker run --env-file, container mode).
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# systemd keeps multi-line EnvironmentFile values since 239 (older ones drop the assignment); any version
+# before 248 drops values with other control characters (TAB excepted).
+SYSTEMD_ENV_NEWLINE_SINCE = 239
+# docker's --env-file reader (bufio.Scanner) refuses lines of 64 KiB and more.
+DOCKER_ENV_LINE_MAX = 65535
+
+
+def _control_chars(value, allowed):
+    return [c for c in value if (ord(c) < 32 or ord(c) == 127) and c not in allowed]
+
+
+def check_env(env, mode="host", systemd_version=None, instance="instance"):
+    """Validate an instance's `env` for its env file. Returns an OrderedDict name -> str, sorted by name.
+
+    Error messages name the variable, never its value. `mode` picks the reader: host -> systemd's
+    EnvironmentFile= (double-quoted, multi-line from systemd 239), container -> docker's --env-file (one
+    literal line per variable: no newline). `systemd_version` None skips the version checks.
+    """
+    if env is None:
+        return OrderedDict()
+    if not isinstance(env, dict):
+        raise LlamaServerArgsError("%s: env must be a mapping NAME -> value" % instance)
+    out = OrderedDict()
+    for key in sorted(env, key=str):
+        name, value = str(key), env[key]
+        if not _ENV_NAME_RE.match(name):
+            raise LlamaServerArgsError(
+                "%s: env %r is not a valid variable name (letters, digits and '_', not starting with a digit)"
+                % (instance, name))
+        if value is None:
+            raise LlamaServerArgsError("%s: env %s has no value; give a string ('' for empty)"
+                                       % (instance, name))
+        if isinstance(value, (dict, list, tuple)):
+            raise LlamaServerArgsError("%s: env %s must be a string or a number, got a %s"
+                                       % (instance, name, type(value).__name__))
+        value = str(value)
+        if "\x00" in value:
+            raise LlamaServerArgsError("%s: env %s contains a NUL byte, which no environment can carry"
+                                       % (instance, name))
+        if mode == "container":
+            if "\n" in value:
+                raise LlamaServerArgsError(
+                    "%s: env %s contains a newline; container mode passes env with docker run --env-file, "
+                    "which has one variable per line and no quoting. Use a single-line value (e.g. base64) "
+                    "or host mode" % (instance, name))
+            if _control_chars(value, "\t"):
+                raise LlamaServerArgsError("%s: env %s contains a control character (other than TAB), which "
+                                           "docker --env-file cannot carry" % (instance, name))
+            if len(("%s=%s" % (name, value)).encode("utf-8")) > DOCKER_ENV_LINE_MAX:
+                raise LlamaServerArgsError("%s: env %s is longer than docker --env-file accepts (64 KiB a "
+                                           "line)" % (instance, name))
+        else:
+            if _control_chars(value, "\t\n"):
+                raise LlamaServerArgsError("%s: env %s contains a control character (other than TAB and "
+                                           "newline), which systemd before 248 drops" % (instance, name))
+            if "\n" in value and systemd_version is not None \
+                    and int(systemd_version or 0) < SYSTEMD_ENV_NEWLINE_SINCE:
+                raise LlamaServerArgsError(
+                    "%s: env %s contains a newline; systemd %s on this node drops multi-line EnvironmentFile "
+                    "values (systemd %d and later keep them). Use a single-line value"
+                    % (instance, name, systemd_version, SYSTEMD_ENV_NEWLINE_SINCE))
+        out[name] = value
+    return out
+
+
+def systemd_env_quote(value):
+    """One value for an EnvironmentFile= line: in double quotes, with backslash, double quote, dollar and
+    backquote escaped by a backslash.
+
+    Every systemd version reads these four escapes back as the character (older ones unescape any character,
+    newer ones exactly these), the rest is literal (no %-specifiers, no $VAR expansion in env files), a
+    newline inside the quotes is part of the value, and the line is also valid POSIX sh (`. file`).
+    """
+    out = str(value)
+    for char in ("\\", '"', "$", "`"):
+        out = out.replace(char, "\\" + char)
+    return '"%s"' % out
+
+
+def env_file_lines(env, mode="host"):
+    """The assignment lines of an env file (already checked with :func:`check_env` for `mode`)."""
+    if mode == "container":
+        return ["%s=%s" % (name, value) for name, value in env.items()]
+    return ["%s=%s" % (name, systemd_env_quote(value)) for name, value in env.items()]
+
+
+def instance_env_file(instances, name, mode="host", systemd_version=None):
+    """Assignments of the env file of instance `name` of `instances` (llama_server_instances), as text."""
+    for raw in instances or ():
+        if isinstance(raw, dict) and str(raw.get("name")) == str(name):
+            env = check_env(raw.get("env"), mode, systemd_version, "instance %s" % name)
+            return "".join(line + "\n" for line in env_file_lines(env, mode))
+    raise LlamaServerArgsError("no instance named %s in llama_server_instances" % name)
+
 
 def plan_instances(instances, defaults=None, llama_cpp=None, models=None, gpus=None, api_key_names=(),
                    key_dir="/etc/llama-server", unit_prefix="llama-server-", binary_override=None,
-                   mode_override=None, image_override=None):
+                   mode_override=None, image_override=None, systemd_version=None):
     """Resolve every instance of a host. Returns a list of dicts (no secrets in them).
 
     Refuses: duplicate names/ports, GPUs shared by two instances, missing binary/image, a non-loopback bind
-    without an API key, unknown settings, removed flags.
+    without an API key, unknown settings, removed flags, env its env file cannot carry (see check_env).
+    `env` values stay out of the plan (it is a fact): `env_names` lists the names, `env_file` is where the
+    role writes them (always written, empty when there is no env, so a removed variable is removed there too).
     """
     if not isinstance(instances, (list, tuple)):
         raise LlamaServerArgsError("llama_server_instances must be a list of instance mappings")
@@ -572,14 +673,16 @@ def plan_instances(instances, defaults=None, llama_cpp=None, models=None, gpus=N
         argv_key = key_file if mode == "host" or not key_file else CONTAINER_KEY_FILE
         argv = build_argv(settings, model=argv_model, host=host, port=port, api_key_file=argv_key,
                           extra_args=raw.get("extra_args"), gpus=gpu_list)
+        # `env` holds what the role computes (not secret, visible in the unit); the instance's own env goes to
+        # its env file only.
         env = {}
         if mode == "host" and gpu_list:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_list)
-        for key, value in sorted((raw.get("env") or {}).items()):
+        instance_env = check_env(raw.get("env"), mode, systemd_version, "instance %s" % name)
+        for key in instance_env:
             if key in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES") and gpu_list:
                 raise LlamaServerArgsError("instance %s: %s comes from its gpus list; do not set it in env"
                                            % (name, key))
-            env[str(key)] = str(value)
         plan = dict([
             ("name", name),
             ("unit", "%s%s.service" % (unit_prefix, name)),
@@ -596,6 +699,8 @@ def plan_instances(instances, defaults=None, llama_cpp=None, models=None, gpus=N
             ("mlock", uses_mlock(settings)),
             ("argv", argv),
             ("env", env),
+            ("env_file", "%s/%s.env" % (key_dir.rstrip("/"), name)),
+            ("env_names", list(instance_env)),
             ("build_id", llama_cpp.get("build_id")),
         ])
         if mode == "host":
@@ -624,7 +729,8 @@ def plan_instances(instances, defaults=None, llama_cpp=None, models=None, gpus=N
 
 
 def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
-    """argv of `docker run` for a container-mode instance (only its GPUs; model dir and key read-only).
+    """argv of `docker run` for a container-mode instance (only its GPUs; model dir and key read-only; env
+    from its file).
 
     `entrypoint`: llama-server's path inside the image; default the plan's (llmops_llama_cpp.binary of a
     container build), else the image's own ENTRYPOINT (upstream llama.cpp server images).
@@ -641,7 +747,10 @@ def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
     args += ["-v", "%s:%s:ro" % (plan["model_dir"], CONTAINER_MODEL_DIR)]
     if plan["key_file"]:
         args += ["-v", "%s:%s:ro" % (plan["key_file"], CONTAINER_KEY_FILE)]
-    for key, value in plan["env"].items():
+    # The instance's env: read from its 0600 file by the docker client (root), never on this command line.
+    if plan.get("env_file"):
+        args += ["--env-file", plan["env_file"]]
+    for key, value in plan["env"].items():      # only what the role computes (nothing secret)
         args += ["-e", "%s=%s" % (key, value)]
     if entrypoint:
         args += ["--entrypoint", entrypoint]

@@ -220,6 +220,9 @@ def test_container_mode_gets_only_its_gpus_readonly_mounts_and_relative_paths():
     assert parsed[parsed.index("--user") + 1] == "998:997"
     assert parsed[parsed.index("--ulimit") + 1] == "memlock=-1:-1"
     image_at = parsed.index("llmops/llama.cpp:b1")
+    # instance env (maybe secrets) comes from its 0600 file, never as -e NAME=value
+    assert parsed[parsed.index("--env-file") + 1] == "/etc/llama-server/q.env"
+    assert "-e" not in parsed[:image_at]
     server = pairs(parsed[image_at + 1:])
     assert server["--model"] == "/models/tiny.gguf"
     assert server["--api-key-file"] == "/run/secrets/llama-server-api-key"
@@ -265,3 +268,15 @@ def test_parse_systemd_version():
     assert lsa.parse_systemd_version("systemd 219\n+PAM +AUDIT") == 219
     assert lsa.parse_systemd_version("systemd 252 (252.38-1~deb12u1)\n") == 252
     assert lsa.parse_systemd_version("") == 0
+
+
+def test_env_is_checked_and_only_its_names_are_in_the_plan():
+    p = plan([{"name": "a", "model": "tiny", "port": 1, "env": {"HF_TOKEN": "hf_plan_secret_1", "N": 3}}])[0]
+    assert p["env_names"] == ["HF_TOKEN", "N"] and p["env_file"] == "/etc/llama-server/a.env"
+    assert "hf_plan_secret_1" not in repr(p)
+    instances = [{"name": "a", "env": {"N": 3, "HF_TOKEN": 'x"y'}}]
+    assert lsa.instance_env_file(instances, "a") == 'HF_TOKEN="x\\"y"\nN="3"\n'
+    assert lsa.instance_env_file(instances, "a", mode="container") == 'HF_TOKEN=x"y\nN=3\n'
+    assert lsa.instance_env_file([{"name": "a"}], "a") == ""
+    with pytest.raises(LlamaServerArgsError, match="no instance named b"):
+        lsa.instance_env_file([{"name": "a"}], "b")

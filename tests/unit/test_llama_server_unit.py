@@ -119,6 +119,7 @@ def test_unit_runs_host_binary_with_table_argv_and_markers():
     assert directive(text, "Service", "Restart") == ["on-failure"]
     assert directive(text, "Service", "LimitMEMLOCK") == []
     assert not any(k.startswith("CUDA_VISIBLE_DEVICES") for k in env)
+    assert directive(text, "Service", "EnvironmentFile") == ["/etc/llama-server/tiny.env"]   # instance env
     assert v["_llama_server_plan"][0]["unit"] == "llama-server-tiny.service"
 
 

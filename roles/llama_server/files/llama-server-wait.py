@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Wait until a llama-server instance answers GET /health with 200, or fail fast when its unit died.
 
 llama-server answers 503 while it loads the model and 200 once it serves. This script polls /health and,
