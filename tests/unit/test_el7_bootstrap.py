@@ -64,6 +64,10 @@ def test_scl_and_epel_templates_use_archive_variables():
     )
     for section in (rh, sclo, epel):
         assert "mirrorlist" not in section and "metalink" not in section and section["gpgcheck"] == "1"
+        # Optional repositories: yum skips them when unreachable instead of failing every transaction.
+        assert section["skip_if_unavailable"] == "1"
+    base = repo_sections(r.template("CentOS-Base.repo.j2"))
+    assert not [s for s in base.values() if "skip_if_unavailable" in s]  # base/updates are required
 
 
 def test_every_task_is_raw_or_runs_on_the_controller():
@@ -112,8 +116,16 @@ def el7_tree(tmp_path):
         #!/bin/sh
         echo "$*" >> "%(d)s/yum.log"
         [ -e "%(d)s/yum-fails" ] && { echo "Cannot find a valid baseurl for repo: base/7/x86_64"; exit 1; }
-        if [ "$1" = -y ] && [ "$2" = install ]; then
-          shift 2; for p; do echo "$p" >> "%(d)s/installed"; done
+        # EL 7 yum fails the whole transaction when one enabled repository is unreachable.
+        if [ -e "%(d)s/epel-unreachable" ] && [ -e "%(d)s/repos/epel.repo" ] &&
+           ! echo "$*" | grep -q -- '--disablerepo=[*]'; then
+          echo "One of the configured repositories failed (Extra Packages for Enterprise Linux 7 - x86_64)"
+          exit 1
+        fi
+        # yum [-y] [--disablerepo=X] [--enablerepo=Y] install PKG...: record PKG as installed
+        while [ $# -gt 0 ] && [ "$1" != install ]; do shift; done
+        if [ "$1" = install ]; then
+          shift; for p; do echo "$p" >> "%(d)s/installed"; done
         fi
         exit 0
         """
@@ -129,6 +141,7 @@ def run_role(tree, **role_vars):
     play = tree / "play.yml"
     params = {
         "el7_bootstrap_repo_dir": str(tree / "repos"),
+        "el7_bootstrap_backup_dir": str(tree / "backup"),
         "el7_bootstrap_os_release_file": str(tree / "os-release"),
         "el7_bootstrap_mirror": MIRROR,
     }
@@ -160,7 +173,10 @@ def test_role_rewrites_repos_installs_python_then_changes_nothing(el7_tree):
     assert stats["changed"] == 2 and stats["failed"] == 0
     sections = repo_sections(base.read_text())
     assert sections["base"]["baseurl"] == MIRROR + "/os/$basearch/"
-    assert (el7_tree / "repos" / "CentOS-Base.repo.llmops-orig").read_text().startswith("[base]\nmirrorlist=")
+    # The original is kept once, outside the directory yum reads.
+    assert (el7_tree / "backup" / "CentOS-Base.repo").read_text().startswith("[base]\nmirrorlist=")
+    assert sorted(os.listdir(str(el7_tree / "repos"))) == [
+        "CentOS-Base.repo", "CentOS-SCLo-scl-rh.repo", "CentOS-SCLo-scl.repo", "epel.repo"]
     assert repo_sections(scl.read_text())["centos-sclo-rh"]["baseurl"] == MIRROR + "/sclo/$basearch/rh/"
     assert custom_scl.read_text() == "[centos-sclo-sclo]\nbaseurl=http://my.lan/sclo/\n"  # not a stock file
     assert (el7_tree / "repos" / "epel.repo").exists()
@@ -170,7 +186,8 @@ def test_role_rewrites_repos_installs_python_then_changes_nothing(el7_tree):
     assert base.read_text().strip() == rendered.strip()
     assert (el7_tree / "installed").read_text().split() == ["python3", "libselinux-python3"]
     yum_log = (el7_tree / "yum.log").read_text().splitlines()
-    assert yum_log[-1] == "-y install python3 libselinux-python3"
+    # Only base and updates: an unreachable optional repository (EPEL, SCLo) cannot break the install.
+    assert yum_log[-1] == "-y --disablerepo=* --enablerepo=base,updates install python3 libselinux-python3"
 
     second, stats = run_role(el7_tree)
     assert second.returncode == 0, second.stdout
@@ -194,3 +211,21 @@ def test_role_fails_clearly_when_yum_cannot_reach_the_mirror(el7_tree):
     assert "LLMOPS_FAILED: yum could not install python3 libselinux-python3" in result.stdout
     assert MIRROR + "/os/$basearch/" in result.stdout
     assert not (el7_tree / "repos" / "epel.repo").exists()
+
+
+def test_python_install_survives_an_unreachable_epel(el7_tree):
+    (el7_tree / "epel-unreachable").write_text("")
+    result, stats = run_role(el7_tree)
+    assert result.returncode == 0, result.stdout
+    assert (el7_tree / "installed").read_text().split() == ["python3", "libselinux-python3"]
+    assert (el7_tree / "repos" / "epel.repo").exists()
+
+
+def test_other_el7_rebuilds_install_python_from_their_own_enabled_repositories(el7_tree):
+    # RHEL 7 has no [base]/[updates] (subscription repositories): no repository restriction there.
+    (el7_tree / "os-release").write_text('NAME="Red Hat Enterprise Linux Server"\nID="rhel"\n'
+                                         'VERSION_ID="7.9"\n')
+    result, stats = run_role(el7_tree, el7_bootstrap_epel_enabled=False)
+    assert result.returncode == 0, result.stdout
+    assert (el7_tree / "yum.log").read_text().splitlines()[-1] == "-y install python3 libselinux-python3"
+    assert not (el7_tree / "repos" / "CentOS-Base.repo").exists()

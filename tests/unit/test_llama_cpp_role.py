@@ -297,5 +297,126 @@ def test_defaults_and_argument_specs_agree():
         assert name.startswith("llama_cpp_")
         if "default" in spec:
             assert spec["default"] == defaults[name], name
-    assert defaults["llama_cpp_builder_image"] == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
-    assert defaults["llama_cpp_runtime_image"] == "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    templar = _templar(defaults)
+    assert templar.template(defaults["llama_cpp_builder_image"]) == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
+    assert templar.template(defaults["llama_cpp_runtime_image"]) == "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+
+
+# --- CUDA base images: registry mirror, digest pin, pull failures ------------------------------------------
+
+DIGEST = "sha256:" + "4f" * 32
+
+
+def defaults_vars(**extra):
+    variables = load_yaml(os.path.join(ROLE, "defaults", "main.yml"))
+    variables.update(load_yaml(os.path.join(ROLE, "vars", "RedHat-7.yml")))
+    variables.update({"inventory_hostname": "l20-node-01"})
+    variables.update(extra)
+    return variables
+
+
+def expr(variables, text):
+    return _templar(variables).template(text)
+
+
+def test_image_references_are_composed_from_registry_repository_tag_and_digest():
+    v = defaults_vars()
+    # Defaults: Docker Hub by tag, exactly the references (and build identities) of before.
+    assert expr(v, "{{ llama_cpp_builder_image }}") == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
+    assert expr(v, "{{ llama_cpp_runtime_image }}") == "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    v = defaults_vars(llama_cpp_cuda_image_registry="registry.lan:5000/",
+                      llama_cpp_builder_image_digest=DIGEST,
+                      llama_cpp_runtime_image_digest=DIGEST[len("sha256:"):])  # the prefix is optional
+    assert expr(v, "{{ llama_cpp_builder_image }}") == (
+        "registry.lan:5000/nvidia/cuda:12.4.1-devel-ubuntu22.04@" + DIGEST)
+    assert expr(v, "{{ llama_cpp_runtime_image }}") == (
+        "registry.lan:5000/nvidia/cuda:12.4.1-runtime-ubuntu22.04@" + DIGEST)
+    v = defaults_vars(llama_cpp_cuda_image_repository="mirror/cuda",
+                      llama_cpp_builder_image_tag="12.4.0-devel-ubuntu22.04")
+    assert expr(v, "{{ llama_cpp_builder_image }}") == "mirror/cuda:12.4.0-devel-ubuntu22.04"
+
+
+def test_dockerfile_pins_the_base_images_by_digest(tmp_path):
+    v = defaults_vars(llama_cpp_builder_image_digest=DIGEST, llama_cpp_runtime_image_digest=DIGEST)
+    builder, runtime = expr(v, "{{ llama_cpp_builder_image }}"), expr(v, "{{ llama_cpp_runtime_image }}")
+    r = plan(tmp_path, builder_image=builder, runtime_image=runtime)
+    text = render("Dockerfile.j2", role_vars(r, v))
+    assert "ARG BUILDER_IMAGE=nvidia/cuda:12.4.1-devel-ubuntu22.04@" + DIGEST in text
+    assert "ARG RUNTIME_IMAGE=nvidia/cuda:12.4.1-runtime-ubuntu22.04@" + DIGEST in text
+    # The digest is part of the build identity: another image, another build.
+    assert r["build_id"] != plan(tmp_path)["build_id"]
+
+
+def test_a_malformed_digest_is_refused():
+    tasks = load_yaml(os.path.join(ROLE, "tasks", "validate.yml"))
+    task = next(t for t in tasks if "digest" in t["name"])
+    for digest, ok in (("", True), (DIGEST, True), (DIGEST[7:], True), ("sha256:1234", False),
+                       ("12.4.1-devel", False)):
+        v = defaults_vars(llama_cpp_builder_image_digest=digest)
+        assert all(expr(v, "{{ %s }}" % c) for c in task["ansible.builtin.assert"]["that"]) is ok, digest
+    msg = expr(defaults_vars(), task["ansible.builtin.assert"]["fail_msg"])
+    assert "llama_cpp_builder_image_digest" in msg
+
+
+def container_tasks():
+    return load_yaml(os.path.join(ROLE, "tasks", "build-container.yml"))
+
+
+def test_base_images_are_pulled_before_the_build_only_when_missing():
+    tasks = container_tasks()
+    names = [t["name"] for t in tasks]
+    check = next(t for t in tasks if "ansible.builtin.command" in t and "loop" in t and "inspect" in str(t))
+    pull = next(t for t in tasks if "pull" in str(t.get("ansible.builtin.command", "")))
+    build = next(t for t in tasks if t["name"].startswith("Build the builder image"))
+    assert names.index(check["name"]) < names.index(pull["name"]) < names.index(build["name"])
+    v = defaults_vars(llama_cpp_builder_image_digest=DIGEST, llama_cpp__builder_inspect={"rc": 1})
+    assert expr(v, check["loop"]) == ["nvidia/cuda:12.4.1-devel-ubuntu22.04@" + DIGEST,
+                                      "nvidia/cuda:12.4.1-runtime-ubuntu22.04"]
+    # A builder image built earlier needs no devel base (its tag may be gone by now).
+    v = defaults_vars(llama_cpp__builder_inspect={"rc": 0})
+    assert expr(v, check["loop"]) == ["nvidia/cuda:12.4.1-runtime-ubuntu22.04"]
+    v = defaults_vars(llama_cpp__builder_inspect={"rc": 1}, llama_cpp__base_inspect={"results": [
+        {"item": "nvidia/cuda:12.4.1-devel-ubuntu22.04@" + DIGEST, "rc": 1},
+        {"item": "nvidia/cuda:12.4.1-runtime-ubuntu22.04", "rc": 0}]})
+    assert expr(v, pull["loop"]) == ["nvidia/cuda:12.4.1-devel-ubuntu22.04@" + DIGEST]
+    # Pulled by digest when one is set (the tag is only a label then).
+    v["item"] = "registry.lan:5000/nvidia/cuda:12.4.1-devel-ubuntu22.04@" + DIGEST
+    assert expr(v, pull["ansible.builtin.command"]["argv"]) == [
+        "docker", "pull", "registry.lan:5000/nvidia/cuda@" + DIGEST]
+    v["item"] = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    assert expr(v, pull["ansible.builtin.command"]["argv"])[-1] == "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+
+
+def test_a_failed_pull_says_what_to_do_when_the_tag_is_gone():
+    tasks = container_tasks()
+    fail = next(t for t in tasks if "ansible.builtin.fail" in t and "pull" in t["name"])
+    gone = {"item": "nvidia/cuda:12.4.1-devel-ubuntu22.04", "rc": 1, "stderr":
+            "Error response from daemon: manifest for nvidia/cuda:12.4.1-devel-ubuntu22.04 not found: "
+            "manifest unknown: manifest unknown"}
+    v = defaults_vars(llama_cpp__base_pull={"results": [gone, {"item": "x", "rc": 0, "stderr": ""}]})
+    assert expr(v, "{{ %s }}" % fail["when"]) is True
+    msg = " ".join(expr(v, fail["ansible.builtin.fail"]["msg"]).split())
+    assert "nvidia/cuda:12.4.1-devel-ubuntu22.04" in msg and "manifest unknown" in msg
+    for text in ("end-of-life", "docker save", "docker load", "l20-node-01", "docker push",
+                 "llama_cpp_cuda_image_registry", "llama_cpp_builder_image_digest"):
+        assert text in msg, text
+    ok = defaults_vars(llama_cpp__base_pull={"results": [{"item": "x", "rc": 0}]})
+    assert expr(ok, "{{ %s }}" % fail["when"]) is False
+    assert expr(defaults_vars(llama_cpp__base_pull={"results": []}), "{{ %s }}" % fail["when"]) is False
+
+
+def test_no_claim_that_el7_docker_lacks_buildkit():
+    # docker-ce-cli 26.1.x for el7 requires docker-buildx-plugin: `docker build` is BuildKit there too.
+    for rel in ("templates/Dockerfile.j2", "README.md", "defaults/main.yml"):
+        with open(os.path.join(ROLE, rel)) as handle:
+            text = " ".join(handle.read().split())
+        assert "lacks buildx" not in text and "often has no buildx" not in text, rel
+
+
+def test_l20_inventory_shows_where_to_pin_the_cuda_images():
+    with open(os.path.join(ROOT, "inventories", "l20", "group_vars", "l20", "main.yml")) as handle:
+        text = handle.read()
+    inv = load_yaml(os.path.join(ROOT, "inventories", "l20", "group_vars", "l20", "main.yml"))
+    for name in ("llama_cpp_builder_image_digest", "llama_cpp_runtime_image_digest"):
+        assert name in inv
+    assert "llama_cpp_cuda_image_registry" in text and "docker save" in text
