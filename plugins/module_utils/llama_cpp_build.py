@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to llmops.serving
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Build identity and CMake options for llama.cpp builds (role llmops.serving.llama_cpp).
 
 Pure functions, Python 3.6, standard library only: the llama_cpp_build_id module calls them on the managed

@@ -146,7 +146,8 @@ def test_el7_kmod_packages_are_the_branch_stream_with_the_yum_plugin_and_the_ker
     assert "yum-plugin-nvidia" in packages
     assert "nvidia-driver-branch-550-550.54.14" in packages
     assert "nvidia-driver-branch-550-cuda-550.54.14" in packages
-    assert "kmod-nvidia-550.54.14-3.10.0-1160.119.1" in packages
+    # EL 7 precompiled name (yum-packaging-precompiled-kmod, rhel7): one package per kernel.
+    assert "kmod-nvidia-branch-550-3.10.0-1160.119.1.r550.54.14.el7" in packages
     assert not [p for p in packages if "latest-dkms" in p or p in ("dkms", "gcc")]
 
 
@@ -163,9 +164,11 @@ def test_el7_versionlock_entries_cover_every_pinned_nvidia_package(flavor):
     r = el7()
     packages = r.var("_nvidia_driver_el7_packages")[flavor]
     locks = r.var("_nvidia_driver_el7_lock_names")[flavor]
-    # name-VERSION entries lock by name; the kmod entry carries the version inside its name.
+    # name-VERSION entries lock by name; the EL 7 kmod (name-kernel version-kernel release.r<driver>.el7)
+    # locks by its name, kmod-nvidia-branch-550.
     pinned = sorted(
-        p[: -len("-550.54.14")] if p.endswith("-550.54.14") else p for p in packages if "550.54.14" in p
+        p[: -len("-550.54.14")] if p.endswith("-550.54.14") else p.split("-3.10.0-")[0]
+        for p in packages if "550.54.14" in p
     )
     assert sorted(locks) == pinned
     assert r.var("_nvidia_driver_kernel_lock_names")[:2] == ["kernel", "kernel-devel"]
@@ -203,16 +206,7 @@ def test_el7_cuda_repository_uses_the_url_variables():
     assert args["gpgcheck"] is True
 
 
-def test_el7_refuses_dead_mirrorlists_before_any_yum_call():
-    tasks = list(flat_tasks(el7().tasks("setup-RedHat.yml")))
-    grep = tasks[0]["ansible.builtin.command"]["argv"]
-    pattern = grep[grep.index("-E") + 1]
-    assert re.search(
-        pattern.replace("[[:space:]]", r"\s"), "mirrorlist=http://mirrorlist.centos.org/?release=7"
-    )
-    assert not re.search(pattern.replace("[[:space:]]", r"\s"), "#mirrorlist=http://mirrorlist.centos.org/")
-    first_yum = next(i for i, t in enumerate(tasks) if "ansible.builtin.yum" in t)
-    assert first_yum > 1
+# The enabled-repository check that replaced the grep for mirrorlist.centos.org: tests/unit/test_el7_repos.py.
 
 
 # --- nouveau --------------------------------------------------------------------------------------
@@ -475,6 +469,7 @@ def test_reboot_reasons(gpus, module, nouveau, expected):
         _nvidia_driver_module_version={"stdout": module},
         _nvidia_driver_nouveau={"stat": {"exists": nouveau}},
         _nvidia_driver_reboot_stage="before-runfile",
+        ansible_inventory_sources=["inventories/l20"],
     )
     assert len(before.var("_nvidia_driver_reboot_reasons_now")) == (1 if nouveau else 0)
 
@@ -489,11 +484,27 @@ def test_reboot_is_gated_by_allow_reboot_and_failure_names_the_reasons():
         llmops_gpus={"present": False, "error": "Driver/library version mismatch"},
         _nvidia_driver_module_version={"stdout": "535.104.05"},
         _nvidia_driver_nouveau={"stat": {"exists": False}},
+        _nvidia_driver_packages={"changed": True},
+        ansible_inventory_sources=["/srv/ansible/inventories/l20"],
     )
     msg = " ".join(r.expr(fail["ansible.builtin.fail"]["msg"]).split())
-    assert msg.startswith("A reboot is pending on gpu1: NVIDIA driver 550.54.14 is installed")
+    # What was installed, why it cannot be used yet, and the command that resumes.
+    assert msg.startswith("REBOOT PENDING on gpu1: NVIDIA driver 550.54.14 was installed in this run "
+                          "(packages ")
+    assert "kmod-nvidia-latest-dkms-550.54.14" in msg and "versions locked" in msg
     assert "the loaded nvidia kernel module is 535.104.05" in msg
-    assert "nvidia_driver_allow_reboot=true" in msg
+    assert "`ansible-playbook site.yml -i /srv/ansible/inventories/l20 --limit gpu1`" in msg
+    assert "-e nvidia_driver_allow_reboot=true" in msg
+    # A re-run after a reboot that did not happen still says so, without claiming a new install.
+    again = el7(
+        llmops_gpus={"present": False, "error": "Driver/library version mismatch"},
+        _nvidia_driver_module_version={"stdout": "535.104.05"},
+        _nvidia_driver_nouveau={"stat": {"exists": False}},
+        _nvidia_driver_packages={"changed": False},
+        ansible_inventory_sources=["/srv/ansible/inventories/l20"],
+    )
+    again_msg = " ".join(again.expr(fail["ansible.builtin.fail"]["msg"]).split())
+    assert "550.54.14 is installed (packages" in again_msg
     confirm = next(t for t in tasks if "block" in t)
     facts = confirm["block"][0]["llmops.serving.gpu_facts"]
     assert facts["required"] is True and r.expr(facts["min_driver_version"]) == "550.54.14"
@@ -578,9 +589,11 @@ def test_runfile_waits_for_a_reboot_away_from_nouveau():
         _nvidia_driver_module_version={"stdout": ""},
         _nvidia_driver_nouveau={"stat": {"exists": True}},
         _nvidia_driver_reboot_stage="before-runfile",
+        ansible_inventory_sources=["inventories/l20"],
     )
     msg = " ".join(r.expr(fail["ansible.builtin.fail"]["msg"]).split())
-    assert "NVIDIA driver 550.54.14 cannot be installed yet because the nouveau module is loaded" in msg
+    assert "the NVIDIA installer for driver 550.54.14 cannot run yet, because the nouveau module is loaded" \
+        in msg
     runfile = el7().tasks("runfile.yml")
     order = [t["name"] for t in runfile]
     assert order.index("Reboot away from nouveau before running the installer") < order.index(
