@@ -11,6 +11,7 @@ import pytest
 from ansible_collections.llmops.serving.plugins.module_utils import gpu
 
 from tests.fixtures.fake_nvidia_smi import fake_env
+from tests.unit.test_gpu_collect import Script  # the nvidia-smi call table shared with the collect tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(ROOT, "tests", "fixtures", "nvidia_smi_corpus")
@@ -26,22 +27,6 @@ NON_UTF8 = "h100x2_550_non_utf8_query_nounits.csv"
 def read(name):
     with open(os.path.join(CORPUS, name), "rb") as fh:
         return fh.read().decode("utf-8", "replace")
-
-
-class Script(object):
-    """A runner answering nvidia-smi calls from a table (see test_gpu_collect.py)."""
-
-    def __init__(self, answers):
-        self.answers = answers
-        self.calls = []
-
-    def __call__(self, argv, timeout):
-        args = argv[1:]
-        self.calls.append(args)
-        for match, answer in self.answers:
-            if match(args):
-                return answer
-        raise AssertionError("unexpected nvidia-smi call %r" % (args,))
 
 
 def is_query(args):
