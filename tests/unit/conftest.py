@@ -1,7 +1,9 @@
-"""Fixtures shared by the model_download tests (test_download_*.py)."""
+"""Fixtures shared by the unit tests: model_download (test_download_*.py) and gpu_facts (test_gpu_*.py)."""
+import stat
+
 import pytest
 
-from tests.fixtures.fake_hub.helpers import make_dest, start_hub
+from tests.fixtures.fake_hub.helpers import MODEL_SIZE, make_dest, start_hub
 
 
 @pytest.fixture
@@ -14,3 +16,18 @@ def hub(tmp_path):
 def dest(tmp_path):
     """An empty download directory."""
     return make_dest(tmp_path)
+
+
+@pytest.fixture
+def model(hub):
+    """The hub's 2 MiB model file (test_download_faults.py uses a larger one of its own)."""
+    return hub.add_file("org/m/model.gguf", MODEL_SIZE, seed=3)
+
+
+@pytest.fixture
+def smi(tmp_path):
+    """An executable file called nvidia-smi (never executed: the runner is scripted)."""
+    path = tmp_path / "nvidia-smi"
+    path.write_text("#!/bin/sh\nexit 99\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)

@@ -12,6 +12,7 @@ import pytest
 
 from tests.fixtures.fake_hub.helpers import (
     MIB,
+    MODEL_SIZE,
     TOKEN,
     assert_final_good_or_absent,
     body_bytes,
@@ -24,12 +25,7 @@ from tests.fixtures.fake_hub.helpers import (
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SIZE = 2 * MIB + 77
-
-
-@pytest.fixture
-def model(hub):
-    return hub.add_file("org/m/model.gguf", SIZE, seed=3)
+SIZE = MODEL_SIZE  # the size of the shared `model` fixture (conftest.py)
 
 
 def gets(hub):

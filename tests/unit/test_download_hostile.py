@@ -18,6 +18,7 @@ import yaml
 
 from tests.fixtures.fake_hub.helpers import (
     MIB,
+    MODEL_SIZE,
     TOKEN,
     body_bytes,
     dl,
@@ -28,12 +29,7 @@ from tests.fixtures.fake_hub.helpers import (
 from tests.fixtures.fake_hub.server import FakeHub
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SIZE = 2 * MIB + 77
-
-
-@pytest.fixture
-def model(hub):
-    return hub.add_file("org/m/model.gguf", SIZE, seed=3)
+SIZE = MODEL_SIZE  # the size of the shared `model` fixture (conftest.py)
 
 
 def final(dest, name="model.gguf"):

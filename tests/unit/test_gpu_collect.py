@@ -1,7 +1,6 @@
 """collect(): running nvidia-smi, fallbacks and every failure (scripted runner and real processes)."""
 
 import os
-import stat
 import sys
 import time
 
@@ -48,15 +47,6 @@ def is_query(with_field=None, without_field=None):
 
 def is_args(*expected):
     return lambda args: list(args) == list(expected)
-
-
-@pytest.fixture
-def smi(tmp_path):
-    """An executable file called nvidia-smi (never executed: the runner is scripted)."""
-    path = tmp_path / "nvidia-smi"
-    path.write_text("#!/bin/sh\nexit 99\n")
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(path)
 
 
 def ok(text):

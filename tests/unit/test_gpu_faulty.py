@@ -3,7 +3,6 @@ UTF-8 (GitHub issue 9): the faulty GPU is reported as that GPU's fault, the othe
 
 import json
 import os
-import stat
 import subprocess
 import sys
 
@@ -36,14 +35,6 @@ def is_query(args):
 def script_for(query_text, rc=0):
     return Script([(is_query, (rc, query_text, "", False)),
                    (lambda a: a == ["--version"], (0, read("l20x4_550_version.txt"), "", False))])
-
-
-@pytest.fixture
-def smi(tmp_path):
-    path = tmp_path / "nvidia-smi"
-    path.write_text("#!/bin/sh\nexit 99\n")
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(path)
 
 
 # --------------------------------------------------------------------------- one GPU in a bad state
