@@ -1,5 +1,11 @@
 """Helpers shared by the unit tests that render roles with Ansible's own machinery."""
+import os
+
 import yaml
+
+# The checkout root and the test fixtures, wherever a test file sits in tests/.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 
 # The keys of llmops_gpus that the other roles read (the contract of gpu_facts; DESIGN's fact table).
 GPU_FACT_KEYS = frozenset(
@@ -30,7 +36,7 @@ def run_local_playbook(play, path_prefix, extra_env=None, extra_args=()):
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = ROOT
     env = dict(os.environ, PATH="%s:%s" % (path_prefix, os.environ["PATH"]), ANSIBLE_NOCOLOR="1",
                ANSIBLE_CONFIG=os.path.join(root, "ansible.cfg"), **(extra_env or {}))
     playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")

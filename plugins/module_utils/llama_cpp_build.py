@@ -36,7 +36,7 @@ DEFAULT_TARGETS = ("llama-server", "llama-cli", "llama-quantize", "llama-bench")
 
 # CMake options that older recipes pass but the pinned llama.cpp no longer has. Each entry says what to
 # do instead; `replacement` is the option to use, or None when the behaviour is automatic now.
-# Checked against the pinned tree by tests/unit/test_llama_cpp_build.py (none of these is an option()).
+# Checked against the pinned tree by tests/unit/plugins/module_utils/test_llama_cpp_build.py (none of these is an option()).
 REMOVED_OPTIONS = {
     "GGML_CUDA_F16": {
         "replacement": None,

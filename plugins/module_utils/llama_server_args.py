@@ -11,7 +11,7 @@ systemd environment, container arguments) for the role's templates. Plain Python
 unit-tested without Ansible.
 
 Pinned engine: llama.cpp as vendored in llama-cpp-python 0.3.36 (llama.cpp commit 0c1e570, 2026-10-01).
-Checked against that build's ``llama-server --help`` by tests/unit/test_llama_server_help.py. Differences
+Checked against that build's ``llama-server --help`` by tests/unit/plugins/plugin_utils/test_llama_server_help.py. Differences
 from older command lines (such as the L20 seed notes) that this table absorbs:
 
 * ``--no-mmap`` and ``--mlock`` no longer exist: they are ``--load-mode none|mmap|mlock|mmap+mlock``

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from tests.helpers import run_local_playbook
-from tests.unit.test_nvidia_driver import ROOT, RoleRenderer
+from tests.roles.test_nvidia_driver import ROOT, RoleRenderer
 
 MIRROR = "http://mirror.lan/centos-vault/7.9.2009"
 

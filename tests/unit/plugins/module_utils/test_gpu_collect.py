@@ -7,8 +7,10 @@ import time
 import pytest
 from ansible_collections.llmops.serving.plugins.module_utils import gpu
 
+from tests.helpers import FIXTURES
+
 CORPUS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "nvidia_smi_corpus"
+    FIXTURES, "nvidia_smi_corpus"
 )
 
 

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.fixtures.fake_hub.server import FakeHub, write_random_file
+from tests.helpers import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIZE = 3 * 1024 * 1024 + 123
 TOKEN = "hf_fakehubtoken"
 

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.unit.test_nvidia_driver import ROOT, RoleRenderer, flat_tasks
+from tests.roles.test_nvidia_driver import ROOT, RoleRenderer, flat_tasks
 
 TARGET = "/home/models(/.*)?"
 HEADER = "SELinux fcontext                                   type               Context\n\n"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from ansible_collections.llmops.serving.plugins.module_utils import llama_server_args as lsa
 
-from tests.unit.test_llama_server_unit import (
+from tests.roles.test_llama_server_unit import (
     ROOT,
     directive,
     exec_start_argv,

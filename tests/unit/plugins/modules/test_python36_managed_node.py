@@ -11,8 +11,8 @@ import pytest
 
 from tests.fixtures import llama_cpp_source
 from tests.fixtures.fake_hub.server import FakeHub
+from tests.helpers import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(ROOT, "collections")
 PY36 = os.path.expanduser("~/.pyenv/versions/3.6.15/bin/python3.6")
 pytestmark = pytest.mark.skipif(not os.path.exists(PY36), reason="no Python 3.6 interpreter at %s" % PY36)

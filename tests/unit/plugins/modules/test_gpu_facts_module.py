@@ -9,9 +9,11 @@ import time
 import pytest
 
 from tests.fixtures.fake_nvidia_smi import FAKE_DIR, fake_env
-from tests.helpers import GPU_FACT_KEYS
+from tests.helpers import (
+    GPU_FACT_KEYS,
+    ROOT,  # noqa: E402
+)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODULE = os.path.join(ROOT, "plugins", "modules", "gpu_facts.py")
 COLLECTIONS = os.path.join(ROOT, "collections")
 PY36 = os.path.expanduser("~/.pyenv/versions/3.6.15/bin/python3.6")

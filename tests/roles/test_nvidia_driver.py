@@ -9,7 +9,8 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers import ROOT  # noqa: E402
+
 ROLES = os.path.join(ROOT, "roles")
 
 EL7_FACTS = {
@@ -206,7 +207,7 @@ def test_el7_cuda_repository_uses_the_url_variables():
     assert args["gpgcheck"] is True
 
 
-# The enabled-repository check that replaced the grep for mirrorlist.centos.org: tests/unit/test_el7_repos.py.
+# The enabled-repository check that replaced the grep for mirrorlist.centos.org: tests/roles/test_el7_repos.py.
 
 
 # --- nouveau --------------------------------------------------------------------------------------

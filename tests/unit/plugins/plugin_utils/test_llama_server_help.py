@@ -9,7 +9,8 @@ import subprocess
 import pytest
 from ansible_collections.llmops.serving.plugins.module_utils import llama_server_args as lsa
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers import ROOT  # noqa: E402
+
 BINARY = (os.environ.get("LLMOPS_LLAMA_SERVER")
           or os.path.join(ROOT, ".cache", "host-build", "bin", "llama-server"))
 

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from tests.unit.test_el7_bootstrap import el7_tree, run_role  # noqa: F401 (el7_tree is a fixture)
-from tests.unit.test_nvidia_driver import EL7_FACTS, ROOT, RoleRenderer, flat_tasks
+from tests.roles.test_el7_bootstrap import el7_tree, run_role  # noqa: F401 (el7_tree is a fixture)
+from tests.roles.test_nvidia_driver import EL7_FACTS, ROOT, RoleRenderer, flat_tasks
 
 STOCK = os.path.join(ROOT, "tests", "fixtures", "el7", "yum.repos.d")
 SCRIPT = os.path.join(ROOT, "roles", "nvidia_driver", "files", "el7_enabled_repos.py")

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.unit.test_nvidia_driver import EL7_FACTS, ROOT, RoleRenderer, debian, flat_tasks
+from tests.roles.test_nvidia_driver import EL7_FACTS, ROOT, RoleRenderer, debian, flat_tasks
 
 MAKE_LOG = os.path.join(ROOT, "tests", "fixtures", "el7", "dkms-make.log")
 KERNEL = EL7_FACTS["ansible_kernel"]

@@ -258,7 +258,8 @@ def test_module_fails_cleanly_on_a_hostile_file(tmp_path):
     """The module turns every crafted count into a failed task with a message, never a traceback."""
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    from tests.helpers import ROOT as root
     path = _write(tmp_path, _vocab_only("qwen35", 1 << 63).build().data)
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"path": path}}))

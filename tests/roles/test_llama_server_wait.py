@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers import ROOT  # noqa: E402
+
 SCRIPT = os.path.join(ROOT, "roles", "llama_server", "files", "llama-server-wait.py")
 
 FAKE_SYSTEMCTL = """#!/bin/sh

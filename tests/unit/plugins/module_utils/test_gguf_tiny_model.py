@@ -19,8 +19,7 @@ from tests.fixtures import llama_cpp_source
 np = pytest.importorskip("numpy")
 
 from tests.fixtures.gguf import make_tiny_model as mtm  # noqa: E402  (needs numpy)
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers import ROOT  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,12 @@ import shlex
 
 import pytest
 
-from tests.helpers import load_yaml, role_templar
+from tests.helpers import (
+    ROOT,  # noqa: E402
+    load_yaml,
+    role_templar,
+)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "llama_server")
 SECRET = "unit-test-key-9f1c2b7e4d"
 

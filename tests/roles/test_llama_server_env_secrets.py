@@ -19,7 +19,7 @@ from ansible_collections.llmops.serving.plugins.module_utils import llama_server
 from ansible_collections.llmops.serving.plugins.module_utils.llama_server_args import LlamaServerArgsError
 
 from tests.helpers import load_yaml, role_templar
-from tests.unit.test_llama_server_unit import (
+from tests.roles.test_llama_server_unit import (
     CPP,
     ROLE,
     directive,

@@ -10,9 +10,11 @@ import pytest
 from ansible_collections.llmops.serving.plugins.module_utils import gpu
 
 from tests.fixtures.fake_nvidia_smi import fake_env
-from tests.unit.test_gpu_collect import Script  # the nvidia-smi call table shared with the collect tests
+from tests.helpers import ROOT  # noqa: E402
+from tests.unit.plugins.module_utils.test_gpu_collect import (
+    Script,  # the nvidia-smi call table shared with the collect tests
+)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(ROOT, "tests", "fixtures", "nvidia_smi_corpus")
 MODULE = os.path.join(ROOT, "plugins", "modules", "gpu_facts.py")
 COLLECTIONS = os.path.join(ROOT, "collections")

@@ -11,9 +11,10 @@ import pytest
 from ansible_collections.llmops.serving.plugins.module_utils import gpu
 
 from tests.fixtures.fake_nvidia_smi import EXIT_CODES, PROFILES, SCRIPT, fake_env
+from tests.helpers import FIXTURES
 
 CORPUS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "nvidia_smi_corpus"
+    FIXTURES, "nvidia_smi_corpus"
 )
 PRODUCT_QUERY = "--query-gpu=" + ",".join(gpu.QUERY_FIELDS)
 PY36 = shutil.which("python3.6") and os.path.realpath(shutil.which("python3.6"))

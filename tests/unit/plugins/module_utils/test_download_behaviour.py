@@ -23,8 +23,8 @@ from tests.fixtures.fake_hub.helpers import (
     sha256_of,
     start_hub,
 )
+from tests.helpers import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIZE = MODEL_SIZE  # the size of the shared `model` fixture (conftest.py)
 
 

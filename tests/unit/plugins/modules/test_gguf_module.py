@@ -10,8 +10,8 @@ import yaml
 from ansible_collections.llmops.serving.plugins.modules import gguf_info
 
 from tests.fixtures.gguf.builder import tiny_qwen35
+from tests.helpers import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV_BIN = os.path.dirname(sys.executable)
 
 

@@ -9,8 +9,9 @@ import pytest
 from ansible_collections.llmops.serving.plugins.module_utils import gpu
 
 from tests.fixtures.fake_nvidia_smi import fake_env
+from tests.helpers import FIXTURES
 
-BUILD_REPO = os.path.join(os.path.dirname(__file__), "..", "fixtures", "apt_repo", "build-repo.sh")
+BUILD_REPO = os.path.join(FIXTURES, "apt_repo", "build-repo.sh")
 
 
 def smi(tmp_path, installed, loaded, *args):
@@ -30,7 +31,7 @@ def smi(tmp_path, installed, loaded, *args):
 def test_no_module_loaded_is_the_real_no_driver_answer(tmp_path):
     out = smi(tmp_path, "550.54.14", None)
     assert out.returncode == 9
-    corpus = os.path.join(os.path.dirname(__file__), "..", "fixtures", "nvidia_smi_corpus")
+    corpus = os.path.join(FIXTURES, "nvidia_smi_corpus")
     with open(os.path.join(corpus, "error_no_driver.txt")) as fh:
         assert out.stdout.strip() == fh.read().strip()
 

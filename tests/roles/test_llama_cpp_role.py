@@ -10,9 +10,12 @@ import sys
 
 import pytest
 
-from tests.helpers import load_yaml, role_templar
+from tests.helpers import (
+    ROOT,  # noqa: E402
+    load_yaml,
+    role_templar,
+)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "llama_cpp")
 COLLECTIONS = os.path.join(ROOT, "collections")
 MODULE = os.path.join(ROOT, "plugins", "modules", "llama_cpp_build_id.py")

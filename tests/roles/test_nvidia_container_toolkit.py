@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.helpers import run_local_playbook
-from tests.unit.test_nvidia_driver import DEBIAN_FACTS, EL7_FACTS, ROOT, RoleRenderer, flat_tasks
+from tests.roles.test_nvidia_driver import DEBIAN_FACTS, EL7_FACTS, ROOT, RoleRenderer, flat_tasks
 
 FAKE_CTK = os.path.join(ROOT, "tests", "fixtures", "apt_repo", "nvidia-ctk")
 BUILD_REPO = os.path.join(ROOT, "tests", "fixtures", "apt_repo", "build-repo.sh")
