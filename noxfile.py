@@ -1,0 +1,112 @@
+# Copyright: llmops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The test tasks of llmops.serving, run with nox (as antsibull-nox does for the community collections).
+
+    .venv/bin/nox -l                      # the sessions
+    .venv/bin/nox -s lint                 # yamllint, ansible-lint, ruff, vermin: no Docker, no image
+    .venv/bin/nox -s unit                 # pytest: tests/unit (pure) and tests/roles (rendering, local plays)
+    .venv/bin/nox -s molecule -- model    # one Molecule scenario (all of them without an argument)
+
+Every session runs in the project's one virtualenv (.venv, made from requirements.txt by
+`bin/llmops-dev setup`) rather than a venv per session: the toolchain is pinned once, and a session costs no
+install. `bin/llmops-dev` provisions the machine (system packages, dockerd, .venv, the test image, the
+llama.cpp source) and then calls these sessions; they do not provision anything themselves, so `lint`,
+`sanity` and `unit` run without Docker. Sessions that count tests write them to .cache/counts/<session>
+for the summary line of `bin/llmops-dev test`.
+"""
+import os
+import shutil
+import xml.etree.ElementTree as ET
+
+import nox
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+CACHE = os.environ.get("LLMOPS_CACHE_DIR", os.path.join(ROOT, ".cache"))
+COUNTS = os.path.join(CACHE, "counts")
+# Cheap and independent scenarios first; llama_cpp fills the shared build cache (.cache/ci-llama) that
+# llama_server and default (the whole site.yml as a first run) then reuse.
+MOLECULE_SCENARIOS = ("gpu_host", "model", "llama_cpp", "llama_server", "default")
+PYTEST_PATHS = ("tests/unit", "tests/roles")
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["lint", "sanity", "unit"]
+nox.options.error_on_missing_interpreters = True
+
+
+def _record(name, passed):
+    os.makedirs(COUNTS, exist_ok=True)
+    with open(os.path.join(COUNTS, name), "w") as handle:
+        handle.write("%d\n" % passed)
+
+
+def _pytest(session, name, *args):
+    report = os.path.join(CACHE, "%s.xml" % name)
+    session.run("python", "-m", "pytest", "-q", "--junitxml", report, *args, *session.posargs)
+    suite = ET.parse(report).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
+    _record(name, counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"])
+
+
+@nox.session
+def lint(session):
+    """yamllint, ansible-lint (production profile), ruff, and Python 3.6 compatibility (vermin) of
+    everything that runs on managed nodes (CentOS 7's python3 is 3.6)."""
+    session.run("yamllint", "-s", ".")
+    session.run("ansible-lint", "--profile", "production")
+    session.run("ruff", "check", ".")
+    session.run("vermin", "-t=3.6-", "--no-tips", "--violations", "--eval-annotations",
+                "--exclude-regex", "__pycache__", "plugins/modules", "plugins/module_utils")
+
+
+@nox.session
+def sanity(session):
+    """ansible-test sanity (validate-modules, pep8, pylint, ...) on a copy laid out as
+    ansible_collections/llmops/serving (tests/sanity.sh)."""
+    session.run("bash", "tests/sanity.sh", *session.posargs, external=True)
+
+
+@nox.session
+def unit(session):
+    """Unit tests (tests/unit) and role rendering tests (tests/roles); those that need a built
+    llama-server run in `unit_llama_server`."""
+    _pytest(session, "unit", "-m", "not needs_llama_server", *PYTEST_PATHS)
+
+
+@nox.session(name="unit_llama_server")
+def unit_llama_server(session):
+    """The flag table against the built llama-server's --help, and the tiny models served by it. The
+    binary is the one the llama_cpp Molecule scenario built from the pinned source."""
+    binary = os.environ.get("LLMOPS_LLAMA_SERVER", os.path.join(CACHE, "ci-llama", "bin", "llama-server"))
+    if not os.access(binary, os.X_OK):
+        session.error("no llama-server at %s: run `nox -s molecule -- llama_cpp` first" % binary)
+    session.env["LLMOPS_LLAMA_SERVER"] = binary
+    _pytest(session, "unit_llama_server", "-m", "needs_llama_server", *PYTEST_PATHS)
+
+
+@nox.session
+def molecule(session):
+    """Molecule scenarios, one after another on the host network (all, or those named after --)."""
+    if shutil.which("docker") is None:
+        session.error("no docker CLI: run `bin/llmops-dev setup` (installs and starts the engine)")
+    session.env.setdefault("LLMOPS_DOCKER_CLI", shutil.which("docker"))
+    session.env["LLMOPS_CACHE_DIR"] = CACHE
+    os.makedirs(os.path.join(CACHE, "ci-llama"), exist_ok=True)
+    scenarios = session.posargs or MOLECULE_SCENARIOS
+    unknown = sorted(set(scenarios) - set(MOLECULE_SCENARIOS))
+    if unknown:
+        session.error("unknown scenario(s) %s; known: %s"
+                      % (", ".join(unknown), ", ".join(MOLECULE_SCENARIOS)))
+    passed = 0
+    for scenario in scenarios:
+        session.log("molecule test -s %s" % scenario)
+        session.run("molecule", "test", "-s", scenario)
+        passed += 1
+    _record("molecule", passed)
+
+
+@nox.session
+def bench(session):
+    """Benchmarks: ratios measured side by side in one run (bench/README.md)."""
+    session.run("python", "-m", "bench", *session.posargs)
