@@ -2,7 +2,12 @@
 # Copyright: llmops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Filters that expose llama-server's flag table (plugins/module_utils/llama_server_args.py) to templates.
+"""Filters that expose the serving layer (plugins/plugin_utils/) to the llama_server role's tasks and
+templates.
+
+A thin wrapper: the planner is plugins/plugin_utils/serving_plan.py, llama-server's flag table (where the
+command line is built) plugins/plugin_utils/llama_server_flags.py, the unit's spellings
+plugins/plugin_utils/systemd.py and container.py.
 
     {{ llama_server_instances | llmops.serving.llama_server_plan(defaults=..., llama_cpp=llmops_llama_cpp) }}
     {{ plan | llmops.serving.llama_server_exec_start(user='llama') }}          -> ExecStart= value
@@ -15,7 +20,8 @@
 from __future__ import absolute_import, division, print_function
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmops.serving.plugins.module_utils import llama_server_args as lsa
+from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags, serving_plan, systemd
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 
 __metaclass__ = type
 
@@ -24,41 +30,41 @@ def _wrap(func):
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except lsa.LlamaServerArgsError as exc:
+        except ServingError as exc:
             raise AnsibleFilterError("llama_server: %s" % exc) from None
     wrapper.__name__ = func.__name__
     wrapper.__doc__ = func.__doc__
     return wrapper
 
 
-def llama_server_plan(instances, **kwargs):
+def llama_server_plan(instances, llama_cpp=None, **kwargs):
     """Resolve llama_server_instances into per-instance plans (argv, env, unit, url, key file)."""
-    return [dict(p) for p in lsa.plan_instances(instances, **kwargs)]
+    plans = serving_plan.plan_instances(instances, build=llama_cpp, engine="llama.cpp", **kwargs)
+    return [dict(p) for p in plans]
 
 
 def llama_server_argv(settings, **kwargs):
-    return lsa.build_argv(settings, **kwargs)
+    return llama_server_flags.build_argv(settings, **kwargs)
 
 
 def llama_server_exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
     """The ExecStart= command line of one planned instance (systemd quoting)."""
-    if plan["mode"] == "container":
-        return lsa.systemd_command(lsa.docker_run_args(plan, user=user, docker=docker, entrypoint=entrypoint))
-    return lsa.systemd_command([plan["binary"]] + list(plan["argv"]))
+    return systemd.exec_start(plan, user=user, docker=docker, entrypoint=entrypoint)
 
 
 def llama_server_env_file(instances, name, mode="host", systemd_version=None):
     """The assignments of instance `name`'s env file: systemd EnvironmentFile= (host) or docker --env-file
     (container) syntax. Secret: only for the no_log task that writes the 0600 file."""
-    return lsa.instance_env_file(instances, name, mode=mode, systemd_version=systemd_version)
+    return serving_plan.instance_env_file(instances, name, mode=mode, systemd_version=systemd_version,
+                                         engine="llama.cpp")
 
 
 def llama_server_hardening(systemd_version, read_paths=(), mode="host"):
-    return [list(item) for item in lsa.hardening(systemd_version, read_paths=read_paths, mode=mode)]
+    return [list(item) for item in systemd.hardening(systemd_version, read_paths=read_paths, mode=mode)]
 
 
 def llama_server_restart_policy(systemd_version, **kwargs):
-    policy = lsa.restart_policy(systemd_version, **kwargs)
+    policy = systemd.restart_policy(systemd_version, **kwargs)
     return {"unit": [list(i) for i in policy["unit"]], "service": [list(i) for i in policy["service"]]}
 
 
@@ -79,11 +85,11 @@ def llama_server_instance_fact(plan):
 
 
 def systemd_version(text):
-    return lsa.parse_systemd_version(text)
+    return systemd.parse_systemd_version(text)
 
 
 def systemd_quote(arg):
-    return lsa.systemd_quote(arg)
+    return systemd.systemd_quote(arg)
 
 
 class FilterModule(object):

@@ -49,6 +49,11 @@ def os_vars_candidates(facts):
 
 def os_vars_file(role_path, facts):
     """Path of the first OS variable file of the role at role_path that exists for these facts."""
+    if not (facts or {}).get("os_family"):
+        raise AnsibleFilterError(
+            "role %s picks its settings by operating system, but no facts were gathered: run the play with "
+            "gather_facts: true, or ansible.builtin.setup (gather_subset: [min]) before the role"
+            % os.path.basename(str(role_path).rstrip("/")))
     names = os_vars_candidates(facts)
     for name in names:
         path = os.path.join(str(role_path), "vars", name)

@@ -65,7 +65,7 @@ echo "llmops-gpu-check-key" >"$work/key" && chmod 600 "$work/key"
 mapfile -t argv < <(cd "$repo" && PYTHONPATH=$repo/collections python3 - "$pack/tiny-qwen35.gguf" "$port" \
   "$work/key" <<'PY'
 import sys
-from ansible_collections.llmops.serving.plugins.module_utils import llama_server_args as lsa
+from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags as lsa
 settings = dict(ctx_size=8192, n_gpu_layers=999, split_mode="layer", main_gpu=0, parallel=2, kv_unified=True,
                 cont_batching=True, cache_type_k="q8_0", cache_type_v="q8_0", spec_type="draft-mtp",
                 spec_draft_n_max=3, spec_draft_p_min=0.85, flash_attn="auto", mmap=False, mlock=True,

@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 import yaml
-from ansible_collections.llmops.serving.plugins.module_utils import llama_server_args as lsa
+from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags as lsf
 
 from tests.roles.test_llama_server_unit import (
     ROOT,
@@ -52,9 +52,9 @@ def seed_flags():
 
 
 def canonical(flag):
-    spellings = lsa.known_flag_spellings()
+    spellings = lsf.known_flag_spellings()
     if flag in spellings:
-        return lsa.FLAGS[spellings[flag]]["flag"]
+        return lsf.FLAGS[spellings[flag]]["flag"]
     return flag
 
 
@@ -157,7 +157,7 @@ def test_every_seed_setting_has_a_variable():
             key = folded.get(flag)
             assert key is None or key in settings, flag
             continue
-        key = lsa.known_flag_spellings()[flag]
+        key = lsf.known_flag_spellings()[flag]
         assert key in settings, "seed flag %s has no setting %s in l20_qwen_settings" % (flag, key)
 
 

@@ -15,8 +15,9 @@ import re
 from collections import OrderedDict
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import llama_server_args as lsa
-from ansible_collections.llmops.serving.plugins.module_utils.llama_server_args import LlamaServerArgsError
+from ansible_collections.llmops.serving.plugins.plugin_utils.container import docker_run_args
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_plan import plan_instances
 
 from tests.helpers import load_yaml, role_templar
 from tests.roles.test_llama_server_unit import (
@@ -284,9 +285,9 @@ def test_container_unit_passes_env_file_not_dash_e():
 
 
 def test_docker_run_args_never_put_instance_env_on_the_command_line():
-    p = lsa.plan_instances([{"name": "q", "model": "/m/q.gguf", "port": 1, "env": {"HF_TOKEN": HF_TOKEN}}],
-                           llama_cpp=CONTAINER_CPP, key_dir="/etc/ls")[0]
-    args = lsa.docker_run_args(p)
+    p = plan_instances([{"name": "q", "model": "/m/q.gguf", "port": 1, "env": {"HF_TOKEN": HF_TOKEN}}],
+                       build=CONTAINER_CPP, key_dir="/etc/ls")[0]
+    args = docker_run_args(p)
     assert HF_TOKEN not in " ".join(args)
     assert args[args.index("--env-file") + 1] == "/etc/ls/q.env"
     assert args.index("--env-file") < args.index(CONTAINER_CPP["image"])
@@ -342,9 +343,9 @@ def test_env_file_quoting_of_quotes_backslashes_dollars_spaces():
 ])
 def test_bad_env_is_refused_without_quoting_the_value(env, mode, message):
     cpp = CONTAINER_CPP if mode == "container" else CPP
-    with pytest.raises(LlamaServerArgsError, match=message) as info:
-        lsa.plan_instances([{"name": "q", "model": "/m/q.gguf", "port": 1, "env": env}], llama_cpp=cpp,
-                           systemd_version=252)
+    with pytest.raises(ServingError, match=message) as info:
+        plan_instances([{"name": "q", "model": "/m/q.gguf", "port": 1, "env": env}], build=cpp,
+                       systemd_version=252)
     for value in env.values():
         if value:
             assert value not in str(info.value)

@@ -36,3 +36,10 @@ def test_unsupported_platform_names_what_was_looked_for(tmp_path):
     message = str(err.value)
     assert "does not support CentOS 7" in message
     assert "vars/RedHat-7.yml" in message and "vars/default.yml" in message
+
+
+def test_no_facts_says_to_gather_them(tmp_path):
+    (tmp_path / "vars").mkdir()
+    (tmp_path / "vars" / "default.yml").write_text("---\n")
+    with pytest.raises(AnsibleFilterError, match="no facts were gathered"):
+        os_vars_file(str(tmp_path), {})

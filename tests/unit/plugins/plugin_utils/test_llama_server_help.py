@@ -7,7 +7,7 @@ import re
 import subprocess
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import llama_server_args as lsa
+from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags as lsf
 
 from tests.helpers import ROOT  # noqa: E402
 
@@ -62,11 +62,11 @@ def retired(description):
 def test_binary_is_the_pinned_build():
     out = subprocess.run([BINARY, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, timeout=60, check=False).stdout
-    assert "commit %s" % lsa.PINNED_LLAMA_CPP["commit"][:7] in out, out
+    assert "commit %s" % lsf.PINNED_LLAMA_CPP["commit"][:7] in out, out
 
 
 def test_every_generated_flag_exists_and_is_current(help_entries):
-    for flag in lsa.emitted_flags():
+    for flag in lsf.emitted_flags():
         assert flag in help_entries, "the table emits %s, which this llama-server does not know" % flag
         names, description = help_entries[flag]
         assert not retired(description), "%s is marked: %s" % (flag, description)
@@ -74,7 +74,7 @@ def test_every_generated_flag_exists_and_is_current(help_entries):
 
 def test_generated_spelling_is_the_current_one(help_entries):
     """llama-server lists an option's current long name first; older ones follow as aliases."""
-    for key, spec in lsa.FLAGS.items():
+    for key, spec in lsf.FLAGS.items():
         names = help_entries[spec["flag"]][0]
         longs = [n for n in names if n.startswith("--") and not n.startswith("--no-")]
         assert spec["flag"] == longs[0], "setting %s: generate %s, not %s" % (key, longs[0], spec["flag"])
@@ -84,14 +84,14 @@ def test_generated_spelling_is_the_current_one(help_entries):
 
 
 def test_aliases_belong_to_the_same_option(help_entries):
-    for key, spec in lsa.FLAGS.items():
+    for key, spec in lsf.FLAGS.items():
         names = help_entries[spec["flag"]][0]
         for alias in spec["aliases"] + ((spec["negative"],) if spec["negative"] else ()):
             assert alias in names, "%s (setting %s): %s is not one of %s" % (spec["flag"], key, alias, names)
 
 
 def test_choices_are_accepted_values(help_entries):
-    for key, spec in lsa.FLAGS.items():
+    for key, spec in lsf.FLAGS.items():
         if spec["kind"] not in ("choice", "onoff"):
             continue
         description = help_entries[spec["flag"]][1]
@@ -102,10 +102,10 @@ def test_choices_are_accepted_values(help_entries):
 
 
 def test_removed_and_legacy_flags_are_what_the_table_says(help_entries):
-    for flag in lsa.REMOVED_FLAGS:
+    for flag in lsf.REMOVED_FLAGS:
         if flag in help_entries:
             assert retired(help_entries[flag][1]), "%s is not marked removed/deprecated any more" % flag
-    for flag, replacement in lsa.LEGACY_FLAGS.items():
+    for flag, replacement in lsf.LEGACY_FLAGS.items():
         if flag in help_entries:   # still accepted as an alias of the replacement
             assert replacement.split()[0] in help_entries[flag][0], (flag, help_entries[flag][0])
     # the seed's --no-mmap/--mlock are gone in the pinned build: only --load-mode remains
@@ -124,7 +124,7 @@ def test_plan_of_seed_like_settings_parses(help_entries, tmp_path):
                 "chat_template_kwargs": {"enable_thinking": False}}
     key = tmp_path / "key"
     key.write_text("k\n")
-    argv = lsa.build_argv(settings, model=str(tmp_path / "missing.gguf"), host="127.0.0.1", port=1,
+    argv = lsf.build_argv(settings, model=str(tmp_path / "missing.gguf"), host="127.0.0.1", port=1,
                           api_key_file=str(key))
     proc = subprocess.run([BINARY] + argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, timeout=120, check=False)

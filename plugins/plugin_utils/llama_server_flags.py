@@ -1,0 +1,429 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""llama-server's command line, in one table, for the pinned llama.cpp version.
+
+This file is the ONLY place in the collection that knows how llama-server spells a flag: it is where the
+llama-server command line is built. Instance settings (a dict such as
+``{"ctx_size": 262144, "cache_type_k": "q8_0"}``) are turned into an argv by :func:`build_argv`; extra_args
+are checked (secrets, removed and legacy flags, flags the table manages). The engine-neutral planner
+(serving_plan.py, registry ``ENGINES["llama.cpp"]``) resolves whole instances (model path, GPUs, ports, key
+file, env file, unit) around this argv. Controller-only (plugin_utils), unit-tested without Ansible by
+tests/unit/plugins/plugin_utils/test_llama_server_flags.py.
+
+Pinned engine: llama.cpp as vendored in llama-cpp-python 0.3.36 (llama.cpp commit 0c1e570, 2026-10-01).
+Checked against that build's ``llama-server --help`` by
+tests/unit/plugins/plugin_utils/test_llama_server_help.py. Differences from older command lines (such as
+the L20 seed notes) that this table absorbs:
+
+* ``--no-mmap`` and ``--mlock`` no longer exist: they are ``--load-mode none|mmap|mlock|mmap+mlock``
+  (``--no-mmap --mlock`` == ``--load-mode mlock``).
+* ``--draft-p-min`` is the legacy alias of ``--spec-draft-p-min``; ``--draft``/``--draft-max``/
+  ``--draft-min`` were removed (``--spec-draft-n-max``/``--spec-draft-n-min``).
+* ``enable_thinking`` inside ``--chat-template-kwargs`` is deprecated in favour of ``--reasoning on|off``.
+"""
+from __future__ import absolute_import, division, print_function
+
+import json
+from collections import OrderedDict
+
+from ansible_collections.llmops.serving.plugins.plugin_utils.gpu_assignment import gpu_key
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
+
+__metaclass__ = type
+
+PINNED_LLAMA_CPP = {
+    "source": "llama-cpp-python 0.3.36 sdist, vendor/llama.cpp",
+    "commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+}
+
+
+# What the engine-neutral planner (serving_plan.py) needs to name in its messages.
+PROGRAM = "llama-server"
+ROLE = "llama_server"
+BUILD_ROLE = "llama_cpp"
+BUILD_FACT = "llmops_llama_cpp"
+
+
+class LlamaServerArgsError(ServingError):
+    """Bad llama-server settings or extra_args; the message says what to change."""
+
+
+# kinds:
+#   value   --flag VALUE
+#   switch  True -> --flag ; False/None -> nothing (the flag has no negative form)
+#   bool    True -> --flag ; False -> the negative flag
+#   onoff   on|off|auto (booleans accepted: True -> on, False -> off)
+#   choice  one of `choices`
+#   csv     list -> "a,b,c" (a string is passed as is)
+#   json    dict -> compact JSON
+# `aliases` are the other spellings llama-server accepts for the same option (checked against --help);
+# `legacy` are spellings of older builds that mean the same and that the table translates.
+def _f(flag, kind="value", aliases=(), negative=None, choices=None, help_text=""):
+    return {"flag": flag, "kind": kind, "aliases": tuple(aliases), "negative": negative,
+            "choices": tuple(choices) if choices else None, "help": help_text}
+
+
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+ONOFF = ("on", "off", "auto")
+
+# Ordered as llama-server's own --help groups them; the argv follows this order.
+FLAGS = OrderedDict([
+    # --- managed by the role (instance fields, not settings) -------------------------------------------
+    ("model", _f("--model", aliases=("-m",), help_text="GGUF path (instance field `model`)")),
+    ("alias", _f("--alias", aliases=("-a",), help_text="model name(s) served by the API")),
+    ("host", _f("--host", help_text="bind address(es) (instance field `host`)")),
+    ("port", _f("--port", help_text="TCP port (instance field `port`)")),
+    ("api_key_file", _f("--api-key-file", help_text="managed by the role from llama_server_api_keys")),
+    # --- context and offload -------------------------------------------------------------------------
+    ("ctx_size", _f("--ctx-size", aliases=("-c",))),
+    ("n_gpu_layers", _f("--gpu-layers", aliases=("-ngl", "--n-gpu-layers"))),
+    ("split_mode", _f("--split-mode", "choice", aliases=("-sm",),
+                      choices=("none", "layer", "row", "tensor"))),
+    ("tensor_split", _f("--tensor-split", "csv", aliases=("-ts",))),
+    ("main_gpu", _f("--main-gpu", aliases=("-mg",),
+                    help_text="a PHYSICAL GPU of the instance; the argv gets its position in the GPU list")),
+    ("fit", _f("--fit", "choice", aliases=("-fit",), choices=("on", "off"))),
+    # --- slots and batching ----------------------------------------------------------------------------
+    ("parallel", _f("--parallel", aliases=("-np",))),
+    ("kv_unified", _f("--kv-unified", "bool", aliases=("-kvu",), negative="--no-kv-unified")),
+    ("cont_batching", _f("--cont-batching", "bool", aliases=("-cb",), negative="--no-cont-batching")),
+    ("batch_size", _f("--batch-size", aliases=("-b",))),
+    ("ubatch_size", _f("--ubatch-size", aliases=("-ub",))),
+    ("cache_ram", _f("--cache-ram", aliases=("-cram",))),
+    # --- KV cache and attention ------------------------------------------------------------------------
+    ("cache_type_k", _f("--cache-type-k", "choice", aliases=("-ctk",), choices=KV_CACHE_TYPES)),
+    ("cache_type_v", _f("--cache-type-v", "choice", aliases=("-ctv",), choices=KV_CACHE_TYPES)),
+    ("flash_attn", _f("--flash-attn", "onoff", aliases=("-fa",), choices=ONOFF)),
+    # --- loading: mmap/mlock booleans are folded into --load-mode ------------------------------------
+    ("load_mode", _f("--load-mode", "choice", aliases=("-lm",),
+                     choices=("auto", "none", "mmap", "mlock", "mmap+mlock", "dio"))),
+    # --- speculative decoding (MTP) --------------------------------------------------------------------
+    ("spec_type", _f("--spec-type", "csv")),
+    ("spec_draft_n_max", _f("--spec-draft-n-max")),
+    ("spec_draft_n_min", _f("--spec-draft-n-min")),
+    ("spec_draft_p_min", _f("--spec-draft-p-min")),
+    ("spec_draft_cache_type_k", _f("--spec-draft-type-k", "choice", aliases=("-ctkd", "--cache-type-k-draft"),
+                                   choices=KV_CACHE_TYPES)),
+    ("spec_draft_cache_type_v", _f("--spec-draft-type-v", "choice", aliases=("-ctvd", "--cache-type-v-draft"),
+                                   choices=KV_CACHE_TYPES)),
+    # --- sampling defaults -----------------------------------------------------------------------------
+    ("temp", _f("--temp", aliases=("--temperature",))),
+    ("top_k", _f("--top-k")),
+    ("top_p", _f("--top-p")),
+    ("min_p", _f("--min-p")),
+    ("repeat_penalty", _f("--repeat-penalty")),
+    # --- chat template and reasoning -------------------------------------------------------------------
+    ("jinja", _f("--jinja", "bool", negative="--no-jinja")),
+    ("chat_template_kwargs", _f("--chat-template-kwargs", "json")),
+    ("reasoning", _f("--reasoning", "onoff", aliases=("-rea",), choices=ONOFF)),
+    ("reasoning_format", _f("--reasoning-format", "choice",
+                            choices=("none", "deepseek", "deepseek-legacy", "auto"))),
+    # --- server ----------------------------------------------------------------------------------------
+    ("metrics", _f("--metrics", "switch")),
+    ("slots", _f("--slots", "bool", negative="--no-slots")),
+    ("webui", _f("--ui", "bool", aliases=("--webui", "--no-webui"), negative="--no-ui")),
+    ("timeout", _f("--timeout", aliases=("-to",))),
+    ("threads", _f("--threads", aliases=("-t",))),
+    ("threads_batch", _f("--threads-batch", aliases=("-tb",))),
+    ("threads_http", _f("--threads-http")),
+])
+
+# Instance fields the role fills; they may not appear in `settings`.
+MANAGED_KEYS = ("model", "host", "port", "api_key_file")
+
+# Setting keys that are not flags of their own but are folded into one (see _fold_load_mode).
+FOLDED_KEYS = ("mmap", "mlock")
+
+# Flags of older llama-server builds, and what they are now. Used to refuse them in extra_args with a
+# useful message, and by the tests that compare a seed command line with the generated one.
+LEGACY_FLAGS = {
+    "--draft-p-min": "--spec-draft-p-min",
+    "--draft-p-split": "--spec-draft-p-split",
+    "--no-mmap": "--load-mode (setting mmap: false)",
+    "--mlock": "--load-mode (setting mlock: true)",
+    "--cache-type-k-draft": "--spec-draft-type-k",
+    "--cache-type-v-draft": "--spec-draft-type-v",
+    "--model-draft": "--spec-draft-model",
+    "--gpu-layers-draft": "--spec-draft-ngl",
+    "--n-gpu-layers-draft": "--spec-draft-ngl",
+    "--threads-draft": "--spec-draft-threads",
+}
+REMOVED_FLAGS = {
+    "--draft": "--spec-draft-n-max (setting spec_draft_n_max)",
+    "--draft-n": "--spec-draft-n-max (setting spec_draft_n_max)",
+    "--draft-max": "--spec-draft-n-max (setting spec_draft_n_max)",
+    "--draft-min": "--spec-draft-n-min (setting spec_draft_n_min)",
+    "--draft-n-min": "--spec-draft-n-min (setting spec_draft_n_min)",
+    "--spec-ngram-size-n": "the respective --spec-ngram-*-size-n",
+    "--spec-ngram-size-m": "the respective --spec-ngram-*-size-m",
+    "--spec-ngram-min-hits": "the respective --spec-ngram-*-min-hits",
+    "--defrag-thold": "nothing (deprecated and ignored)",
+    "-dt": "nothing (--defrag-thold is deprecated and ignored)",
+}
+# Never on a command line: visible in ps, /proc and the unit.
+SECRET_FLAGS = ("--api-key", "--hf-token", "-hft", "--ssl-key-file")
+
+# chat-template kwargs that have their own flag now.
+DEPRECATED_TEMPLATE_KWARGS = {"enable_thinking": "reasoning"}
+
+def _scalar(key, value):
+    if isinstance(value, bool):
+        raise LlamaServerArgsError("setting %s: expected a number or string, got %r" % (key, value))
+    if isinstance(value, float):
+        return repr(value)
+    if is_number(value):
+        return str(value)
+    if isinstance(value, str):
+        if value == "":
+            raise LlamaServerArgsError("setting %s is empty: remove it or give a value" % key)
+        return value
+    raise LlamaServerArgsError("setting %s: expected a number or string, got %s"
+                               % (key, type(value).__name__))
+
+
+def _json_setting(key, text):
+    error = None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        error = str(exc)
+    raise LlamaServerArgsError("setting %s is not valid JSON: %s" % (key, error))
+
+
+def _onoff(key, value):
+    if value is True:
+        return "on"
+    if value is False:
+        return "off"
+    text = str(value).lower()
+    if text not in ONOFF:
+        raise LlamaServerArgsError("setting %s must be one of on, off, auto (or true/false), got %r"
+                                   % (key, value))
+    return text
+
+
+def _fold_load_mode(settings):
+    """mmap/mlock booleans (the old --no-mmap/--mlock) -> load_mode, unless load_mode is set."""
+    settings = dict(settings)
+    mmap = settings.pop("mmap", None)
+    mlock = settings.pop("mlock", None)
+    for key, value in (("mmap", mmap), ("mlock", mlock)):
+        if value is not None and not isinstance(value, bool):
+            raise LlamaServerArgsError("setting %s must be true or false, got %r" % (key, value))
+    if mmap is None and mlock is None:
+        return settings
+    if settings.get("load_mode") is not None:
+        raise LlamaServerArgsError(
+            "settings mmap/mlock and load_mode are both set: keep load_mode (the pinned llama-server has no "
+            "--no-mmap/--mlock; they became --load-mode) or drop it and keep mmap/mlock")
+    if mlock:
+        settings["load_mode"] = "mlock" if mmap is False else "mmap+mlock"
+    elif mmap is False:
+        settings["load_mode"] = "none"
+    elif mmap is True:
+        settings["load_mode"] = "mmap"
+    return settings
+
+
+def uses_mlock(settings):
+    """True when the instance locks its model in RAM (the unit then needs LimitMEMLOCK=infinity)."""
+    settings = _fold_load_mode(settings or {})
+    return settings.get("load_mode") in ("mlock", "mmap+mlock")
+
+
+def _fold_template_kwargs(settings):
+    """`enable_thinking` in chat_template_kwargs -> `reasoning` (the non-deprecated spelling)."""
+    kwargs = settings.get("chat_template_kwargs")
+    if kwargs is None:
+        return settings
+    if isinstance(kwargs, str):
+        kwargs = _json_setting("chat_template_kwargs", kwargs)
+    if not isinstance(kwargs, dict):
+        raise LlamaServerArgsError("setting chat_template_kwargs must be a mapping (JSON object)")
+    settings = dict(settings)
+    kwargs = dict(kwargs)
+    if "enable_thinking" in kwargs:
+        thinking = kwargs.pop("enable_thinking")
+        if not isinstance(thinking, bool):
+            raise LlamaServerArgsError("chat_template_kwargs.enable_thinking must be true or false")
+        wanted = "on" if thinking else "off"
+        current = settings.get("reasoning")
+        if current is not None and _onoff("reasoning", current) != wanted:
+            raise LlamaServerArgsError(
+                "chat_template_kwargs.enable_thinking=%s contradicts reasoning=%s: keep only `reasoning`"
+                % (str(thinking).lower(), current))
+        settings["reasoning"] = wanted
+    settings["chat_template_kwargs"] = kwargs or None
+    return settings
+
+
+def normalize_settings(settings):
+    """Validate setting keys and fold legacy ones. Returns a new dict without None values."""
+    if settings is None:
+        return {}
+    if not isinstance(settings, dict):
+        raise LlamaServerArgsError("settings must be a mapping of setting name -> value")
+    for key in settings:
+        if key in MANAGED_KEYS:
+            raise LlamaServerArgsError(
+                "setting %s is an instance field: set `%s` on the instance, not under settings" % (key, key))
+        if key not in FLAGS and key not in FOLDED_KEYS:
+            known = sorted(k for k in FLAGS if k not in MANAGED_KEYS) + list(FOLDED_KEYS)
+            raise LlamaServerArgsError(
+                "unknown llama-server setting %r; known settings: %s. Options the table does not know go to "
+                "the instance's extra_args list" % (key, ", ".join(known)))
+    settings = _fold_template_kwargs(_fold_load_mode(settings))
+    return dict((k, v) for k, v in settings.items() if v is not None)
+
+
+def flag_args(key, value):
+    """The argv fragment for one setting (may be empty)."""
+    spec = FLAGS[key]
+    kind = spec["kind"]
+    if value is None:
+        return []
+    if kind == "switch":
+        if not isinstance(value, bool):
+            raise LlamaServerArgsError("setting %s must be true or false, got %r" % (key, value))
+        return [spec["flag"]] if value else []
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise LlamaServerArgsError("setting %s must be true or false, got %r" % (key, value))
+        return [spec["flag"]] if value else [spec["negative"]]
+    if kind == "onoff":
+        return [spec["flag"], _onoff(key, value)]
+    if kind == "choice":
+        text = _scalar(key, value)
+        if text not in spec["choices"]:
+            raise LlamaServerArgsError("setting %s must be one of %s, got %r"
+                                       % (key, ", ".join(spec["choices"]), value))
+        return [spec["flag"], text]
+    if kind == "csv":
+        if isinstance(value, (list, tuple)):
+            if not value:
+                raise LlamaServerArgsError("setting %s is an empty list: remove it or give values" % key)
+            return [spec["flag"], ",".join(_scalar(key, v) for v in value)]
+        return [spec["flag"], _scalar(key, value)]
+    if kind == "json":
+        if isinstance(value, str):
+            value = _json_setting(key, value)
+        return [spec["flag"], json.dumps(value, separators=(",", ":"), sort_keys=True)]
+    return [spec["flag"], _scalar(key, value)]
+
+
+def known_flag_spellings():
+    """Every spelling (flag, aliases, negatives) the table can emit or that it claims the engine accepts."""
+    out = {}
+    for key, spec in FLAGS.items():
+        for name in (spec["flag"],) + spec["aliases"] + ((spec["negative"],) if spec["negative"] else ()):
+            out[name] = key
+    return out
+
+
+def emitted_flags():
+    """The flags :func:`build_argv` can put on a command line (canonical spellings and negatives)."""
+    out = []
+    for spec in FLAGS.values():
+        out.append(spec["flag"])
+        if spec["negative"]:
+            out.append(spec["negative"])
+    return out
+
+
+def check_extra_args(extra_args):
+    """Refuse secrets, removed flags and flags the table manages (they would be given twice)."""
+    if extra_args is None:
+        return []
+    if not isinstance(extra_args, (list, tuple)):
+        raise LlamaServerArgsError("extra_args must be a list of strings, e.g. ['--no-warmup']")
+    managed = known_flag_spellings()
+    out = []
+    for arg in extra_args:
+        if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
+            raise LlamaServerArgsError("extra_args items must be strings, got %r" % (arg,))
+        arg = str(arg)
+        name = arg.split("=", 1)[0]
+        if name in SECRET_FLAGS:
+            raise LlamaServerArgsError(
+                "extra_args contains %s: secrets never go on a command line (ps, the unit). Put the API key "
+                "in llama_server_api_keys (Ansible Vault / AWX credential); the role passes --api-key-file"
+                % name)
+        if name in REMOVED_FLAGS:
+            raise LlamaServerArgsError("extra_args contains %s, which the pinned llama-server removed; use %s"
+                                       % (name, REMOVED_FLAGS[name]))
+        if name in LEGACY_FLAGS:
+            raise LlamaServerArgsError("extra_args contains the legacy flag %s; use %s"
+                                       % (name, LEGACY_FLAGS[name]))
+        if name in managed:
+            raise LlamaServerArgsError("extra_args contains %s; use the setting `%s` instead"
+                                       % (name, managed[name]))
+        out.append(arg)
+    return out
+
+
+def spec_types(settings):
+    value = settings.get("spec_type")
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value]
+    return [v.strip() for v in str(value).split(",") if v.strip()]
+
+
+def _follow_draft_cache_types(settings):
+    """A draft context (draft-mtp, draft-simple, ...) gets the main KV cache types unless set.
+
+    The pinned llama-server gives the draft context its own cache types (default f16); with a 256K context
+    an f16 MTP cache next to a q8_0 main cache would cost twice the memory the seed line planned for.
+    """
+    if not any(t.startswith("draft-") for t in spec_types(settings)):
+        return
+    for main, draft in (("cache_type_k", "spec_draft_cache_type_k"),
+                        ("cache_type_v", "spec_draft_cache_type_v")):
+        if settings.get(main) is not None and settings.get(draft) is None:
+            settings[draft] = settings[main]
+
+
+def build_argv(settings, model=None, host=None, port=None, api_key_file=None, extra_args=None,
+               gpus=None):
+    """Return llama-server's argv (without the binary) for one instance.
+
+    `settings` are the instance settings (already merged with role defaults). `gpus` is the instance's
+    physical GPU list: a `main_gpu` setting names one of them and becomes its position (the process only
+    sees its own GPUs, renumbered from 0, through CUDA_VISIBLE_DEVICES or docker --gpus).
+    """
+    settings = normalize_settings(settings)
+    managed = {"model": model, "host": host, "port": port, "api_key_file": api_key_file}
+    if settings.get("main_gpu") is not None:
+        settings["main_gpu"] = relative_main_gpu(settings["main_gpu"], gpus)
+    _follow_draft_cache_types(settings)
+    split = settings.get("tensor_split")
+    if isinstance(split, (list, tuple)) and gpus and len(split) != len(gpus):
+        raise LlamaServerArgsError("tensor_split has %d entries but the instance owns %d GPUs (%s)"
+                                   % (len(split), len(gpus), ", ".join(str(g) for g in gpus)))
+    argv = []
+    for key in FLAGS:
+        value = managed[key] if key in MANAGED_KEYS else settings.get(key)
+        argv.extend(flag_args(key, value))
+    argv.extend(check_extra_args(extra_args))
+    return argv
+
+
+def relative_main_gpu(main_gpu, gpus):
+    """Physical main GPU (index or UUID among `gpus`) -> its index as the engine sees it."""
+    if isinstance(main_gpu, bool):
+        raise LlamaServerArgsError("main_gpu must be a GPU index or UUID, got %r" % main_gpu)
+    if not gpus:
+        if is_number(main_gpu) or str(main_gpu).isdigit():
+            return int(main_gpu)
+        raise LlamaServerArgsError("main_gpu %r needs the instance's gpus list" % main_gpu)
+    keys = [gpu_key(g) for g in gpus]
+    wanted = gpu_key(main_gpu)
+    if wanted not in keys:
+        raise LlamaServerArgsError(
+            "main_gpu %s is not one of this instance's GPUs (%s). main_gpu names a PHYSICAL GPU; the role "
+            "passes its position among the instance's GPUs to --main-gpu (gpus [2, 3] + main_gpu 2 -> "
+            "--main-gpu 0)" % (main_gpu, ", ".join(str(g) for g in gpus)))
+    return keys.index(wanted)

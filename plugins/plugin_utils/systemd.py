@@ -1,0 +1,105 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""systemd spellings of a serving unit, for every engine: ExecStart= quoting, hardening, restart policy, all
+chosen by the node's systemd version (219 on CentOS 7 up to 25x). Tested by
+tests/unit/plugins/plugin_utils/test_systemd.py and tests/roles/test_llama_server_unit.py.
+"""
+from __future__ import absolute_import, division, print_function
+
+import re
+from collections import OrderedDict
+
+from ansible_collections.llmops.serving.plugins.plugin_utils.container import docker_run_args
+
+__metaclass__ = type
+
+_SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+def systemd_quote(arg):
+    """Quote one argument for an ExecStart= line (systemd 219+ rules: "...", \\ escapes, %% and $$)."""
+    arg = str(arg).replace("%", "%%").replace("$", "$$")
+    if arg and _SYSTEMD_SAFE.match(arg):
+        return arg
+    return '"%s"' % arg.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def systemd_command(argv):
+    """One ExecStart= line from an argv."""
+    return " ".join(systemd_quote(a) for a in argv)
+
+
+def exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
+    """The ExecStart= command line of one planned instance: its binary, or `docker run` of its image."""
+    if plan["mode"] == "container":
+        return systemd_command(docker_run_args(plan, user=user, docker=docker, entrypoint=entrypoint))
+    return systemd_command([plan["binary"]] + list(plan["argv"]))
+
+
+# (directive, value, first systemd version that knows it). NEVER PrivateDevices / DevicePolicy=closed:
+# the GPUs (/dev/nvidia*) would vanish. No MemoryDenyWriteExecute: CUDA JIT needs W+X pages.
+HARDENING = (
+    ("NoNewPrivileges", "yes", 187),
+    ("PrivateTmp", "yes", 1),
+    ("ProtectSystem", "full", 214),
+    ("ProtectSystem", "strict", 232),
+    ("ProtectHome", "{home}", 214),
+    ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK", 211),
+    ("SystemCallArchitectures", "native", 209),
+    ("ProtectKernelTunables", "yes", 232),
+    ("ProtectKernelModules", "yes", 232),
+    ("ProtectControlGroups", "yes", 232),
+    ("RestrictRealtime", "yes", 231),
+    ("RestrictNamespaces", "yes", 233),
+    ("LockPersonality", "yes", 235),
+    ("RestrictSUIDSGID", "yes", 242),
+    ("ProtectHostname", "yes", 242),
+    ("ProtectKernelLogs", "yes", 244),
+    ("ProtectClock", "yes", 245),
+    ("ProtectProc", "invisible", 247),
+)
+
+
+def hardening(systemd_version, read_paths=(), mode="host"):
+    """Hardening directives for a node's systemd version, as an ordered list of (directive, value).
+
+    ProtectHome is read-only when a model or the binary lives under /home or /root (the L20 box keeps its
+    models in /home/models), else yes. In container mode the unit only runs the docker client: the container
+    is the sandbox, and namespace/address-family restrictions would break the client, so only the basics.
+    """
+    version = int(systemd_version or 0)
+    under_home = any(str(p).startswith(("/home/", "/root/", "/run/user/")) for p in read_paths or ())
+    chosen = OrderedDict()
+    for directive, value, since in HARDENING:
+        if version < since:
+            continue
+        if mode == "container" and directive not in ("PrivateTmp",):
+            continue
+        chosen[directive] = value.replace("{home}", "read-only" if under_home else "yes")
+    return list(chosen.items())
+
+
+def restart_policy(systemd_version, restart_sec=10, interval=600, burst=5, max_delay=300):
+    """Bounded restart backoff, spelled for the node's systemd. Returns {"unit": [...], "service": [...]}.
+
+    systemd < 230 (CentOS 7: 219) only knows StartLimitInterval/StartLimitBurst in [Service]; newer ones
+    want StartLimitIntervalSec/StartLimitBurst in [Unit]. systemd >= 254 also grows RestartSec
+    exponentially up to RestartMaxDelaySec.
+    """
+    version = int(systemd_version or 0)
+    unit, service = [], [("Restart", "on-failure"), ("RestartSec", str(restart_sec))]
+    if version >= 230:
+        unit += [("StartLimitIntervalSec", str(interval)), ("StartLimitBurst", str(burst))]
+    else:
+        service += [("StartLimitInterval", str(interval)), ("StartLimitBurst", str(burst))]
+    if version >= 254:
+        service += [("RestartSteps", "5"), ("RestartMaxDelaySec", str(max_delay))]
+    return {"unit": unit, "service": service}
+
+
+def parse_systemd_version(text):
+    """`systemctl --version` output -> 219 / 252 (0 when unreadable)."""
+    match = re.search(r"systemd\s+(\d+)", text or "")
+    return int(match.group(1)) if match else 0
