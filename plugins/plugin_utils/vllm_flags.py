@@ -1,0 +1,489 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""vLLM's command line, in one table, for the pinned vLLM version.
+
+This file is the ONLY place in the collection that knows how `vllm serve` spells an option. Instance settings
+(a dict such as ``{"tensor_parallel_size": 2, "speculative_config": {"method": "mtp"}}``) are turned into the
+arguments after ``vllm serve`` by :func:`build_argv`; extra_args are checked (secrets, removed and renamed
+options, options the table manages, options the pinned vLLM does not have). Controller-only (plugin_utils),
+unit-tested without Ansible by tests/unit/plugins/plugin_utils/test_vllm_flags.py.
+
+Pinned engine: vLLM 0.33.0 (the seed unit ran a 0.24.0 fork). Checked against the option set that
+tests/fixtures/vllm/vllm_cli.py extracts from the vllm-0.33.0 wheel's own argparse definitions
+(EngineArgs.add_cli_args, FrontendArgs, make_arg_parser), read with `ast`, never imported. Every option of the
+seed unit exists in 0.33.0 under the same spelling, ``--device-ids`` included (upstream since the fork); the
+table absorbs these differences from older command lines:
+
+* ``python -m vllm.entrypoints.openai.api_server --model M`` is deprecated: the argv here is for
+  ``vllm serve M`` (the model is the positional argument, ``--model`` is refused).
+* JSON options (``--speculative-config``, ``--compilation-config``, ...) come from YAML mappings, dumped
+  with sorted keys and no spaces, never hand-quoted.
+* Options of older vLLM that are gone or only warn are refused with their replacement (:data:`RENAMED_FLAGS`,
+  :data:`REMOVED_FLAGS`, :data:`DEPRECATED_FLAGS`).
+"""
+from __future__ import absolute_import, division, print_function
+
+import json
+from collections import OrderedDict
+
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
+
+__metaclass__ = type
+
+PINNED_VLLM = {
+    "version": "0.33.0",
+    "wheel": "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+}
+PROGRAM = "vllm"
+
+
+class VllmArgsError(ServingError):
+    """Bad vLLM settings or extra_args; the message says what to change."""
+
+
+# kinds:
+#   value   --flag VALUE
+#   switch  True -> --flag ; False/None -> nothing (vLLM has no negative form)
+#   bool    True -> --flag ; False -> --no-flag (argparse.BooleanOptionalAction)
+#   choice  one of `choices`
+#   csv     list -> "a,b,c" (a string is passed as is)
+#   nargs   list -> --flag a b c (argparse nargs="+")
+#   json    mapping -> compact JSON with sorted keys
+def _f(flag, kind="value", choices=None, help_text=""):
+    negative = "--no-" + flag[2:] if kind == "bool" else None
+    return {"flag": flag, "kind": kind, "negative": negative,
+            "choices": tuple(choices) if choices else None, "help": help_text}
+
+
+# Grouped as vLLM's own --help groups them; the argv follows this order.
+FLAGS = OrderedDict([
+    # --- managed by the serving layer (instance fields, not settings) --------------------------------
+    ("host", _f("--host", help_text="bind address (instance field `host`), always rendered")),
+    ("port", _f("--port", help_text="TCP port (instance field `port`)")),
+    ("served_model_name", _f("--served-model-name", "nargs",
+                             help_text="stable name(s) for clients (instance field, default: model name)")),
+    # --- ModelConfig ---------------------------------------------------------------------------------
+    ("tokenizer", _f("--tokenizer")),
+    ("tokenizer_mode", _f("--tokenizer-mode")),
+    ("revision", _f("--revision")),
+    ("dtype", _f("--dtype", "choice", choices=("auto", "bfloat16", "float", "float16", "float32", "half"))),
+    ("seed", _f("--seed")),
+    ("trust_remote_code", _f("--trust-remote-code", "bool")),
+    ("max_model_len", _f("--max-model-len")),
+    ("quantization", _f("--quantization", help_text="fp8, awq, gptq, ... (plugins may add methods)")),
+    ("enforce_eager", _f("--enforce-eager", "bool")),
+    ("max_logprobs", _f("--max-logprobs")),
+    ("hf_overrides", _f("--hf-overrides", "json", help_text="e.g. rope_scaling, rope_theta")),
+    ("generation_config", _f("--generation-config")),
+    ("override_generation_config", _f("--override-generation-config", "json")),
+    # --- LoadConfig ----------------------------------------------------------------------------------
+    ("load_format", _f("--load-format")),
+    ("download_dir", _f("--download-dir")),
+    ("safetensors_load_strategy", _f("--safetensors-load-strategy")),
+    # --- StructuredOutputsConfig ---------------------------------------------------------------------
+    ("reasoning_parser", _f("--reasoning-parser")),
+    # --- ParallelConfig ------------------------------------------------------------------------------
+    ("distributed_executor_backend", _f("--distributed-executor-backend")),
+    ("pipeline_parallel_size", _f("--pipeline-parallel-size")),
+    ("device_ids", _f("--device-ids", "csv",
+                      help_text="physical GPU ids instead of CUDA_VISIBLE_DEVICES (no effect with Ray)")),
+    ("tensor_parallel_size", _f("--tensor-parallel-size")),
+    ("data_parallel_size", _f("--data-parallel-size")),
+    ("enable_expert_parallel", _f("--enable-expert-parallel", "bool")),
+    ("disable_custom_all_reduce", _f("--disable-custom-all-reduce", "bool")),
+    # --- CacheConfig ---------------------------------------------------------------------------------
+    ("block_size", _f("--block-size")),
+    ("gpu_memory_utilization", _f("--gpu-memory-utilization")),
+    ("kv_cache_memory_bytes", _f("--kv-cache-memory-bytes")),
+    ("kv_cache_dtype", _f("--kv-cache-dtype", help_text="auto, fp8, fp8_e4m3, fp8_e5m2, ...")),
+    ("enable_prefix_caching", _f("--enable-prefix-caching", "bool")),
+    ("kv_offloading_size", _f("--kv-offloading-size")),
+    # --- OffloadConfig -------------------------------------------------------------------------------
+    ("cpu_offload_gb", _f("--cpu-offload-gb")),
+    # --- MultiModalConfig ----------------------------------------------------------------------------
+    ("language_model_only", _f("--language-model-only", "bool")),
+    ("limit_mm_per_prompt", _f("--limit-mm-per-prompt", "json")),
+    ("mm_processor_cache_gb", _f("--mm-processor-cache-gb")),
+    ("skip_mm_profiling", _f("--skip-mm-profiling", "bool")),
+    # --- SchedulerConfig -----------------------------------------------------------------------------
+    ("max_num_batched_tokens", _f("--max-num-batched-tokens")),
+    ("max_num_seqs", _f("--max-num-seqs")),
+    ("long_prefill_token_threshold", _f("--long-prefill-token-threshold")),
+    ("enable_chunked_prefill", _f("--enable-chunked-prefill", "bool")),
+    ("async_scheduling", _f("--async-scheduling", "bool")),
+    # --- CompilationConfig ---------------------------------------------------------------------------
+    ("cudagraph_capture_sizes", _f("--cudagraph-capture-sizes", "nargs")),
+    ("max_cudagraph_capture_size", _f("--max-cudagraph-capture-size")),
+    # --- VllmConfig (JSON) ---------------------------------------------------------------------------
+    ("speculative_config", _f("--speculative-config", "json")),
+    ("kv_transfer_config", _f("--kv-transfer-config", "json")),
+    ("compilation_config", _f("--compilation-config", "json")),
+    ("attention_config", _f("--attention-config", "json")),
+    ("reasoning_config", _f("--reasoning-config", "json")),
+    ("additional_config", _f("--additional-config", "json")),
+    ("structured_outputs_config", _f("--structured-outputs-config", "json")),
+    ("optimization_level", _f("--optimization-level")),
+    # --- Frontend ------------------------------------------------------------------------------------
+    ("chat_template", _f("--chat-template")),
+    ("chat_template_content_format", _f("--chat-template-content-format", "choice",
+                                        choices=("auto", "openai", "string"))),
+    ("default_chat_template_kwargs", _f("--default-chat-template-kwargs", "json")),
+    ("enable_auto_tool_choice", _f("--enable-auto-tool-choice", "bool")),
+    ("tool_call_parser", _f("--tool-call-parser")),
+    ("uvicorn_log_level", _f("--uvicorn-log-level", "choice",
+                             choices=("critical", "debug", "error", "info", "trace", "warning"))),
+    ("disable_uvicorn_access_log", _f("--disable-uvicorn-access-log", "bool")),
+    ("disable_access_log_for_endpoints", _f("--disable-access-log-for-endpoints", "csv")),
+    ("disable_fastapi_docs", _f("--disable-fastapi-docs", "bool")),
+    ("enable_request_id_headers", _f("--enable-request-id-headers", "bool")),
+    ("max_log_len", _f("--max-log-len")),
+    # --- logging and metrics -------------------------------------------------------------------------
+    ("log_level", _f("--log-level", "choice", choices=("CRITICAL", "DEBUG", "ERROR", "INFO", "WARNING"))),
+    ("enable_log_requests", _f("--enable-log-requests", "bool")),
+    ("disable_log_stats", _f("--disable-log-stats", "switch")),
+    ("shutdown_timeout", _f("--shutdown-timeout")),
+])
+
+# Instance fields the serving layer fills; they may not appear in `settings`.
+MANAGED_KEYS = ("host", "port", "served_model_name")
+
+# Options of older vLLM (the seed ran 0.24) that the pinned one no longer has, and what replaces them.
+RENAMED_FLAGS = {
+    "--disable-log-requests": "--no-enable-log-requests (setting enable_log_requests: false, the default)",
+    "--enable-reasoning": "--reasoning-parser (setting reasoning_parser)",
+    "--speculative-model": "speculative_config.model (setting speculative_config)",
+    "--num-speculative-tokens": "speculative_config.num_speculative_tokens (setting speculative_config)",
+    "--guided-decoding-backend": "structured_outputs_config.backend (setting structured_outputs_config)",
+    "--task": "--runner / --convert (extra_args)",
+    "--rope-scaling": "hf_overrides.rope_scaling (setting hf_overrides)",
+    "--rope-theta": "hf_overrides.rope_theta (setting hf_overrides)",
+    "--max-seq-len-to-capture": "--max-cudagraph-capture-size (setting max_cudagraph_capture_size)",
+    "--cuda-graph-sizes": "--cudagraph-capture-sizes (setting cudagraph_capture_sizes)",
+    "--disable-mm-preprocessor-cache": "--mm-processor-cache-gb 0 (setting mm_processor_cache_gb: 0)",
+    "--override-pooler-config": "--pooler-config (extra_args)",
+    "--worker-use-ray": "--distributed-executor-backend ray (setting distributed_executor_backend)",
+}
+REMOVED_FLAGS = {
+    "--num-scheduler-steps": "nothing (multi-step scheduling was removed)",
+    "--multi-step-stream-outputs": "nothing (multi-step scheduling was removed)",
+    "--swap-space": "nothing (the V1 engine has no CPU swap space; see kv_offloading_size)",
+    "--preemption-mode": "nothing (the V1 engine always recomputes)",
+    "--use-v2-block-manager": "nothing (the only block manager)",
+    "--disable-async-output-proc": "nothing (removed with the V0 engine)",
+    "--enable-prompt-adapter": "nothing (prompt adapters were removed)",
+    "--tokenizer-pool-size": "nothing (removed with the V0 engine)",
+    "--scheduler-delay-factor": "nothing (removed with the V0 engine)",
+    "--disable-frontend-multiprocessing": "nothing (removed)",
+    "--max-num-partial-prefills": "nothing (removed with the V0 engine)",
+    "--calculate-kv-scales": "nothing (removed; FP8 KV scales come from the checkpoint)",
+    "--device": "nothing (the platform is detected)",
+}
+# Still parsed by the pinned vLLM but deprecated and without effect: refused so they do not linger.
+DEPRECATED_FLAGS = {
+    "--mamba-cache-mode": "nothing (Mamba prefix caching follows --enable-prefix-caching)",
+    "--log-config-file": "--logging-config '{\"pylogging_config_file\": ...}' (extra_args)",
+    "--disable-cascade-attn": "nothing (cascade attention was removed)",
+    "--model": "the positional model argument of `vllm serve` (instance field `model`)",
+}
+# Never on a command line: visible in ps, /proc and the unit. The key comes from VLLM_API_KEY (0600 env file).
+SECRET_FLAGS = {
+    "--api-key": "the API key goes to VLLM_API_KEY in the instance's 0600 environment file (Vault/AWX)",
+    "--hf-token": "the hub token goes to HF_TOKEN in the instance's 0600 environment file",
+}
+
+# Every option spelling of `vllm serve` in the pinned vLLM, as tests/fixtures/vllm/vllm_cli.py extracts it
+# from the wheel (test_vllm_flags.py checks this list against the wheel; regenerate with
+# `python -m tests.fixtures.vllm.vllm_cli --names`). extra_args may only name these, or a fork's own options
+# listed in the instance's allowed extra flags.
+PINNED_VLLM_OPTIONS = frozenset("""
+--additional-config --aggregate-engine-logging --all2all-backend --allow-credentials
+--allow-deprecated-quantization --allowed-headers --allowed-local-media-path --allowed-media-domains
+--allowed-methods --allowed-origins --anthropic-disabled-thinking-effort --api-key --api-server-count
+--async-scheduling --attention-backend --attention-config --aux-output-config --block-size
+--chat-template --chat-template-content-format --code-revision --cohere-format
+--cohere-is-reasoning-model --collect-detailed-traces --compilation-config --config --config-format
+--convert --cp-kv-cache-interleave-size --cpu-distributed-timeout-seconds --cpu-offload-gb
+--cpu-offload-params --cudagraph-capture-sizes --cudagraph-metrics --custom-histogram-buckets
+--data-parallel-address --data-parallel-backend --data-parallel-external-lb --data-parallel-hybrid-lb
+--data-parallel-multi-port-external-lb --data-parallel-rank --data-parallel-rpc-port
+--data-parallel-size --data-parallel-size-local --data-parallel-start-rank
+--data-parallel-supervisor-port --dbo-decode-token-threshold --dbo-prefill-token-threshold
+--dcp-comm-backend --dcp-kv-cache-interleave-size --dcp-q-replicate --decode-context-parallel-size
+--default-chat-template-kwargs --default-mm-loras --device-ids --device-memory-utilization
+--diffusion-config --disable-access-log-for-endpoints --disable-cascade-attn --disable-chunked-mm-input
+--disable-custom-all-reduce --disable-fastapi-docs --disable-hybrid-kv-cache-manager --disable-log-stats
+--disable-nccl-for-dp-synchronization --disable-sliding-window --disable-uvicorn-access-log
+--distributed-executor-backend --distributed-timeout-seconds --download-dir
+--dp-supervisor-probe-failure-threshold --dp-supervisor-probe-interval-s --dp-supervisor-probe-timeout-s
+--dp-sync-interval --dtype --ec-manager-config --ec-transfer-config --elastic-ep-max-dp-size
+--enable-auto-tool-choice --enable-batch-sharded-sampling --enable-chunked-prefill
+--enable-cumem-allocator --enable-dbo --enable-elastic-ep --enable-ep-weight-filter --enable-eplb
+--enable-expert-parallel --enable-fault-tolerance --enable-flash-late-interaction
+--enable-flashinfer-autotune --enable-force-include-usage --enable-hc-sp --enable-layerwise-nvtx-tracing
+--enable-log-deltas --enable-log-outputs --enable-log-requests --enable-logging-iteration-details
+--enable-lora --enable-mamba-cache-stochastic-rounding --enable-mamba-shared-prefix-checkpoint
+--enable-mfu-metrics --enable-mixed-moe-lora-format --enable-mm-embeds --enable-moe-shared-loras
+--enable-nccl-comm-suspend --enable-offline-docs --enable-per-request-metrics --enable-prefix-caching
+--enable-prompt-embeds --enable-prompt-tokens-details --enable-request-id-headers
+--enable-return-routed-experts --enable-scale-out --enable-server-load-tracking
+--enable-shm-tensor-arena --enable-sleep-mode --enable-ssl-refresh --enable-tokenizer-info-endpoint
+--enable-tower-connector-lora --enable-trace-replay --enforce-eager --engram-config --eplb-config
+--exclude-tools-when-tool-choice-none --expert-placement-strategy --fail-on-environ-validation
+--fault-tolerance-config --fingerprint-mode --fingerprint-value --fully-sharded-loras
+--gdn-prefill-backend --generation-config --gpu-memory-utilization --grpc --grpc-port
+--h11-max-header-count --h11-max-incomplete-event-size --headless --help --hf-config-path --hf-overrides
+--hf-token --host --ignore-patterns --interleave-mm-strings --io-processor-plugin --ir-op-priority
+--jit-monitor-mode --jit-monitor-verbose --kda-decode-backend --kda-prefill-backend --kernel-config
+--kv-cache-dtype --kv-cache-dtype-skip-layers --kv-cache-memory-bytes --kv-cache-metrics
+--kv-cache-metrics-sample --kv-events-config --kv-offloading-backend --kv-offloading-size
+--kv-sharing-fast-prefill --kv-transfer-config --language-model-only --limit-mm-per-prompt
+--linear-backend --load-format --log-config-file --log-error-stack --log-level --logging-config
+--logits-processors --logprobs-mode --long-prefill-token-threshold
+--long-prefill-token-threshold-adaptive --lora-dtype --lora-modules --lora-target-modules
+--mamba-backend --mamba-block-size --mamba-cache-dtype --mamba-cache-mode --mamba-cache-philox-rounds
+--mamba-ssm-cache-dtype --mamba-ssu-algorithm --master-addr --master-port --max-cpu-loras
+--max-cudagraph-capture-size --max-log-len --max-logprobs --max-lora-cls-labels --max-lora-rank
+--max-loras --max-model-len --max-num-active-seqs --max-num-batched-tokens --max-num-queued-reqs
+--max-num-queued-tokens --max-num-scheduled-tokens --max-num-seqs --max-parallel-loading-workers
+--media-io-kwargs --middleware --mm-device-do-normalize --mm-encoder-attn-backend
+--mm-encoder-attn-dtype --mm-encoder-fp8-scale-path --mm-encoder-fp8-scale-save-margin
+--mm-encoder-fp8-scale-save-path --mm-encoder-only --mm-encoder-tp-mode --mm-hasher-algorithm
+--mm-ipc-gpu-memory-gb --mm-processor-cache-gb --mm-processor-cache-type --mm-processor-device
+--mm-processor-kwargs --mm-shm-cache-max-object-size-mb --mm-tensor-ipc --model --model-class-overrides
+--model-impl --model-loader-extra-config --moe-backend --monokernel --nnodes --no-allow-credentials
+--no-allow-deprecated-quantization --no-async-scheduling --no-cohere-is-reasoning-model
+--no-cudagraph-metrics --no-data-parallel-external-lb --no-data-parallel-hybrid-lb --no-dcp-q-replicate
+--no-disable-cascade-attn --no-disable-chunked-mm-input --no-disable-custom-all-reduce
+--no-disable-fastapi-docs --no-disable-hybrid-kv-cache-manager --no-disable-nccl-for-dp-synchronization
+--no-disable-sliding-window --no-disable-uvicorn-access-log --no-enable-auto-tool-choice
+--no-enable-batch-sharded-sampling --no-enable-chunked-prefill --no-enable-cumem-allocator
+--no-enable-dbo --no-enable-elastic-ep --no-enable-ep-weight-filter --no-enable-eplb
+--no-enable-expert-parallel --no-enable-fault-tolerance --no-enable-flash-late-interaction
+--no-enable-flashinfer-autotune --no-enable-force-include-usage --no-enable-hc-sp
+--no-enable-layerwise-nvtx-tracing --no-enable-log-deltas --no-enable-log-outputs
+--no-enable-log-requests --no-enable-logging-iteration-details --no-enable-lora
+--no-enable-mamba-cache-stochastic-rounding --no-enable-mamba-shared-prefix-checkpoint
+--no-enable-mfu-metrics --no-enable-mixed-moe-lora-format --no-enable-mm-embeds
+--no-enable-moe-shared-loras --no-enable-nccl-comm-suspend --no-enable-offline-docs
+--no-enable-per-request-metrics --no-enable-prefix-caching --no-enable-prompt-embeds
+--no-enable-prompt-tokens-details --no-enable-request-id-headers --no-enable-return-routed-experts
+--no-enable-scale-out --no-enable-server-load-tracking --no-enable-shm-tensor-arena
+--no-enable-sleep-mode --no-enable-ssl-refresh --no-enable-tokenizer-info-endpoint
+--no-enable-tower-connector-lora --no-enable-trace-replay --no-enforce-eager
+--no-exclude-tools-when-tool-choice-none --no-fail-on-environ-validation --no-fully-sharded-loras
+--no-interleave-mm-strings --no-jit-monitor-verbose --no-kv-cache-metrics --no-kv-sharing-fast-prefill
+--no-language-model-only --no-log-error-stack --no-long-prefill-token-threshold-adaptive
+--no-mm-device-do-normalize --no-mm-encoder-only --no-monokernel --no-numa-bind
+--no-ray-workers-use-nsight --no-return-sampling-mask --no-return-tokens-as-token-ids
+--no-scheduler-reserve-full-isl --no-skip-mm-profiling --no-skip-tokenizer-init
+--no-sleep-mode-offload-cudagraph --no-specialize-active-lora --no-swa-bounded-replay --no-tokens-only
+--no-trust-remote-code --no-trust-request-chat-template --no-trust-request-mm-kwargs
+--no-use-fp64-gumbel --no-use-replayssm --no-use-tqdm-on-load --node-rank --num-gpu-blocks-override
+--numa-bind --numa-bind-cpus --numa-bind-nodes --offload-backend --offload-group-size
+--offload-num-in-group --offload-params --offload-prefetch-step --optimization-level
+--otlp-traces-endpoint --override-generation-config --per-request-spec-decode-metrics --performance-mode
+--pipeline-parallel-size --pooler-config --port --prefill-context-parallel-size
+--prefill-schedule-interval --prefix-cache-retention-interval --prefix-caching-hash-algo
+--prefix-match-unit --profiler-config --pt-load-map-location --quantization --quantization-config
+--ray-workers-use-nsight --reasoning-config --reasoning-effort-map --reasoning-parser
+--reasoning-parser-plugin --renderer-num-workers --replayssm-buffer-len --response-role
+--return-sampling-mask --return-tokens-as-token-ids --revision --root-path --runner
+--safetensors-load-strategy --safetensors-prefetch-block-size --safetensors-prefetch-num-threads
+--scheduler-cls --scheduler-reserve-full-isl --scheduling-policy --seed --served-model-name
+--show-hidden-metrics-for-version --shutdown-timeout --skip-mm-profiling --skip-tokenizer-init
+--sleep-mode-backend --sleep-mode-offload-cudagraph --sleep-preserve-parameter-names
+--sparse-indexer-topk-backend --spec-method --spec-model --spec-tokens --specialize-active-lora
+--speculative-config --sse-keep-alive-interval --ssl-ca-certs --ssl-cert-reqs --ssl-certfile
+--ssl-ciphers --ssl-keyfile --stream-interval --structured-outputs-config --swa-bounded-replay
+--tensor-parallel-size --tokenizer --tokenizer-mode --tokenizer-revision --tokens-only
+--tool-call-parser --tool-parser-plugin --tool-server --tool-strict-level --trust-remote-code
+--trust-request-chat-template --trust-request-mm-kwargs --ubatch-size --uds --use-fp64-gumbel
+--use-replayssm --use-tqdm-on-load --uvicorn-log-level --video-pruning-method --video-pruning-rate
+--watchdog-config --watermark --watermark-config --weight-transfer-config --worker-cls
+--worker-extension-cls -ac -asc -cc -dc -dcp -dp -dpa -dpb -dpe -dph -dpl -dpm -dpn -dpp -dpr -ep -h -n
+-pcp -pp -q -r -sc -tp
+""".split())
+
+
+def _scalar(key, value):
+    if isinstance(value, bool):
+        raise VllmArgsError("setting %s: expected a number or string, got %r" % (key, value))
+    if isinstance(value, float):
+        return repr(value)
+    if is_number(value):
+        return str(value)
+    if isinstance(value, str):
+        if value == "":
+            raise VllmArgsError("setting %s is empty: remove it or give a value" % key)
+        return value
+    raise VllmArgsError("setting %s: expected a number or string, got %s" % (key, type(value).__name__))
+
+
+def _json_text(key, value):
+    if isinstance(value, str):
+        raise VllmArgsError(
+            "setting %s must be a YAML mapping, not a string: the role writes the JSON (a hand-quoted string "
+            "breaks on the first quote)" % key)
+    if not isinstance(value, (dict, list)):
+        raise VllmArgsError("setting %s must be a YAML mapping, got %s" % (key, type(value).__name__))
+    try:
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise VllmArgsError("setting %s cannot be written as JSON: %s" % (key, exc)) from exc
+
+
+def _as_list(key, value):
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values:
+        raise VllmArgsError("setting %s is an empty list: remove it or give values" % key)
+    return [_scalar(key, v) for v in values]
+
+
+def flag_args(key, value):
+    """The argv fragment for one setting (may be empty)."""
+    spec = FLAGS[key]
+    kind = spec["kind"]
+    if value is None:
+        return []
+    if kind in ("switch", "bool"):
+        if not isinstance(value, bool):
+            raise VllmArgsError("setting %s must be true or false, got %r" % (key, value))
+        if value:
+            return [spec["flag"]]
+        return [spec["negative"]] if kind == "bool" else []
+    if kind == "choice":
+        text = _scalar(key, value)
+        if text not in spec["choices"]:
+            raise VllmArgsError("setting %s must be one of %s, got %r"
+                                % (key, ", ".join(spec["choices"]), value))
+        return [spec["flag"], text]
+    if kind == "csv":
+        return [spec["flag"], ",".join(_as_list(key, value))]
+    if kind == "nargs":
+        return [spec["flag"]] + _as_list(key, value)
+    if kind == "json":
+        return [spec["flag"], _json_text(key, value)]
+    return [spec["flag"], _scalar(key, value)]
+
+
+def normalize_settings(settings):
+    """Validate setting keys. Returns a new dict without None values."""
+    if settings is None:
+        return {}
+    if not isinstance(settings, dict):
+        raise VllmArgsError("settings must be a mapping of setting name -> value")
+    for key in settings:
+        if key in MANAGED_KEYS:
+            raise VllmArgsError(
+                "setting %s is an instance field: set `%s` on the instance, not under settings" % (key, key))
+        if key == "api_key":
+            raise VllmArgsError("setting api_key: %s" % SECRET_FLAGS["--api-key"])
+        if key not in FLAGS:
+            flag = "--" + str(key).replace("_", "-")
+            known = ", ".join(sorted(k for k in FLAGS if k not in MANAGED_KEYS))
+            if flag in RENAMED_FLAGS or flag in REMOVED_FLAGS or flag in DEPRECATED_FLAGS:
+                raise VllmArgsError("setting %s is not an option of vLLM %s; use %s"
+                                    % (key, PINNED_VLLM["version"], _replacement(flag)))
+            raise VllmArgsError(
+                "unknown vLLM setting %r; known settings: %s. Options the table does not know go to the "
+                "instance's extra_args list" % (key, known))
+    return dict((k, v) for k, v in settings.items() if v is not None)
+
+
+def _replacement(flag):
+    for table in (RENAMED_FLAGS, REMOVED_FLAGS, DEPRECATED_FLAGS, SECRET_FLAGS):
+        if flag in table:
+            return table[flag]
+    return None
+
+
+def managed_flag_spellings():
+    """Every spelling the table generates, with the setting that owns it."""
+    out = {}
+    for key, spec in FLAGS.items():
+        for name in (spec["flag"], spec["negative"]):
+            if name:
+                out[name] = key
+    return out
+
+
+def emitted_flags():
+    """The flags :func:`build_argv` can put on a command line (canonical spellings and negatives)."""
+    return list(managed_flag_spellings())
+
+
+def option_name(arg):
+    """`--max_num_seqs=4` / `--compilation-config.mode` -> `--max-num-seqs` / `--compilation-config`.
+
+    vLLM's FlexibleArgumentParser accepts underscores for dashes and dotted keys of JSON options.
+    """
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].split(".", 1)[0].replace("_", "-")
+    return name
+
+
+def _is_option(arg):
+    return arg.startswith("--") or (len(arg) > 1 and arg[0] == "-" and arg[1].isalpha())
+
+
+def check_extra_args(extra_args, allowed_extra_flags=()):
+    """Refuse secrets, renamed/removed/deprecated options, options the table manages, and options that the
+    pinned vLLM does not have unless named in `allowed_extra_flags` (a fork's own options)."""
+    if extra_args is None:
+        return []
+    if not isinstance(extra_args, (list, tuple)):
+        raise VllmArgsError("extra_args must be a list of strings, e.g. ['--enforce-eager']")
+    allowed = set(option_name(str(f)) for f in allowed_extra_flags or ())
+    managed = managed_flag_spellings()
+    out = []
+    for arg in extra_args:
+        if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
+            raise VllmArgsError("extra_args items must be strings, got %r" % (arg,))
+        arg = str(arg)
+        out.append(arg)
+        if not _is_option(arg):
+            continue        # a value of the previous option
+        name = option_name(arg)
+        if name in SECRET_FLAGS:
+            raise VllmArgsError("extra_args contains %s: secrets never go on a command line (ps, the unit); "
+                                "%s" % (name, SECRET_FLAGS[name]))
+        if name in allowed:
+            continue
+        if name in RENAMED_FLAGS or name in REMOVED_FLAGS or name in DEPRECATED_FLAGS:
+            raise VllmArgsError("extra_args contains %s, which vLLM %s no longer has (or only warns about); "
+                                "use %s" % (name, PINNED_VLLM["version"], _replacement(name)))
+        if name in managed:
+            raise VllmArgsError("extra_args contains %s; use the setting `%s` instead"
+                                % (name, managed[name]))
+        if name not in PINNED_VLLM_OPTIONS:
+            raise VllmArgsError(
+                "extra_args contains %s, which is not an option of vLLM %s. If your build (a fork) has it, "
+                "name it in the allowed extra flags (vllm_extra_flags)" % (name, PINNED_VLLM["version"]))
+    return out
+
+
+def build_argv(settings, model, host, port, served_model_name, extra_args=None, allowed_extra_flags=()):
+    """Return the arguments after ``vllm serve`` for one instance: the model, then the options.
+
+    `host` is always rendered (vLLM binds every interface without it); `port` and `served_model_name` (a
+    name or a list of names, never a file path) come from the instance.
+    """
+    if not model:
+        raise VllmArgsError("the instance has no model (path or hub id)")
+    if not host:
+        raise VllmArgsError("the instance has no host: vLLM would bind every interface")
+    if not is_number(port) and not str(port).isdigit():
+        raise VllmArgsError("port must be a number, got %r" % (port,))
+    if not served_model_name:
+        raise VllmArgsError("the instance has no served model name")
+    settings = normalize_settings(settings)
+    managed = {"host": host, "port": int(port), "served_model_name": served_model_name}
+    argv = [str(model)]
+    for key in FLAGS:
+        value = managed[key] if key in MANAGED_KEYS else settings.get(key)
+        argv.extend(flag_args(key, value))
+    argv.extend(check_extra_args(extra_args, allowed_extra_flags))
+    return argv

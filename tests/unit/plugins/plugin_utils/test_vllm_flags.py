@@ -1,0 +1,205 @@
+"""vLLM's flag table (plugins/plugin_utils/vllm_flags.py) against the pinned wheel and the seed 003 unit."""
+import json
+import os
+import shlex
+
+import pytest
+from ansible_collections.llmops.serving.plugins.plugin_utils import vllm_flags
+from ansible_collections.llmops.serving.plugins.plugin_utils.vllm_flags import VllmArgsError, build_argv
+
+from tests.fixtures.vllm import vllm_cli
+from tests.helpers import FIXTURES
+
+SEED_UNIT = os.path.join(FIXTURES, "seeds", "003_vllm_unit.service")
+JSON_FLAGS = ("--reasoning-config", "--default-chat-template-kwargs", "--additional-config",
+              "--speculative-config", "--compilation-config", "--override-generation-config")
+
+# The seed 003 unit (vLLM 0.24 fork) as instance settings. --device-ids is an option of 0.33.0 as well.
+SEED_SETTINGS = {
+    "dtype": "half",
+    "tensor_parallel_size": 2,
+    "device_ids": [0, 1],
+    "quantization": "fp8",
+    "kv_cache_dtype": "fp8_e4m3",
+    "max_model_len": 100000,
+    "enable_prefix_caching": True,
+    "max_num_seqs": 1,
+    "max_num_batched_tokens": 4096,
+    "enable_chunked_prefill": True,
+    "async_scheduling": False,
+    "skip_mm_profiling": True,
+    "reasoning_parser": "qwen3",
+    "reasoning_config": {"reasoning_start_str": "<think>", "reasoning_end_str": "</think>",
+                         "default_thinking_token_budget": 4000},
+    "default_chat_template_kwargs": {"enable_thinking": True},
+    "enable_auto_tool_choice": True,
+    "tool_call_parser": "qwen3_coder",
+    "chat_template_content_format": "string",
+    "gpu_memory_utilization": 0.92,
+    "additional_config": {"gdn_prefill_backend": "flashqla_legacy"},
+    "speculative_config": {"method": "mtp", "num_speculative_tokens": 3},
+    "compilation_config": {"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [4],
+                           "max_cudagraph_capture_size": 4},
+    "override_generation_config": {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
+                                   "presence_penalty": 0.0, "repetition_penalty": 1.06},
+    "cpu_offload_gb": 0,
+    "disable_uvicorn_access_log": True,
+}
+SEED_MODEL = "/home/zyyuc/models/Qwen3.6-27B-DSV4Pro-Thinking-FP8"
+
+
+def seed_exec_start():
+    """The seed unit's ExecStart as an argv (continuation lines joined, shell-style quoting)."""
+    with open(SEED_UNIT) as handle:
+        text = handle.read().replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if line.startswith("ExecStart="))
+    return shlex.split(line[len("ExecStart="):])
+
+
+def options_of(argv):
+    """argv -> [(flag, [values])] in order; the positional model is returned as ("<model>", [path])."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--"):
+            out.append((arg, []))
+        elif out:
+            out[-1][1].append(arg)
+        else:
+            out.append(("<model>", [arg]))
+    return out
+
+
+def comparable(flag, values):
+    if flag in JSON_FLAGS:
+        return [json.loads(v) for v in values]
+    return values
+
+
+def seed_flags():
+    argv = seed_exec_start()
+    start = argv.index("vllm.entrypoints.openai.api_server") + 1
+    return [flag for flag, _ in options_of(argv[start:])]
+
+
+@pytest.fixture(scope="module")
+def pinned_options():
+    try:
+        return vllm_cli.cached_options()["options"]
+    except vllm_cli.WheelUnavailable as exc:
+        pytest.skip("the pinned vLLM wheel cannot be obtained here (%s); CI fetches it" % exc)
+
+
+def test_seed_flags_all_exist_in_the_pinned_vllm(pinned_options):
+    # --model is the one seed spelling that `vllm serve` deprecates: it becomes the positional argument.
+    missing = [f for f in seed_flags() if f not in pinned_options]
+    assert missing == []
+    assert "--model" in vllm_flags.DEPRECATED_FLAGS
+
+
+def test_emitted_flags_are_options_of_the_pinned_vllm(pinned_options):
+    assert sorted(set(vllm_flags.emitted_flags()) - set(pinned_options)) == []
+
+
+def test_booleans_and_choices_match_the_pinned_vllm(pinned_options):
+    for key, spec in vllm_flags.FLAGS.items():
+        extracted = pinned_options[spec["flag"]]
+        if spec["kind"] == "bool":
+            assert extracted["kind"] == "bool", key
+        elif spec["kind"] == "switch":
+            assert extracted["kind"] == "switch", key
+        else:
+            assert extracted["kind"] == "value", key
+        if spec["choices"]:
+            assert set(spec["choices"]) <= set(extracted["choices"] or ()), key
+
+
+def test_embedded_option_list_is_the_pinned_wheels(pinned_options):
+    """PINNED_VLLM_OPTIONS (used to check extra_args) is regenerated with `vllm_cli --names`."""
+    assert vllm_flags.PINNED_VLLM_OPTIONS == frozenset(pinned_options)
+
+
+def test_refused_old_options_are_gone_from_the_pinned_vllm(pinned_options):
+    for flag in list(vllm_flags.RENAMED_FLAGS) + list(vllm_flags.REMOVED_FLAGS):
+        assert flag not in pinned_options, flag
+    for flag in vllm_flags.DEPRECATED_FLAGS:
+        assert flag in pinned_options, flag     # still parsed, but refused with the replacement
+
+
+def test_seed_unit_renders_option_by_option():
+    seed = seed_exec_start()
+    seed_options = options_of(seed[seed.index("vllm.entrypoints.openai.api_server") + 1:])
+    argv = build_argv(SEED_SETTINGS, SEED_MODEL, "0.0.0.0", 8000, "qwen-local")
+    ours = dict((f, comparable(f, v)) for f, v in options_of(argv))
+    assert ours.pop("<model>") == [SEED_MODEL]
+    theirs = dict((f, comparable(f, v)) for f, v in seed_options)
+    assert theirs.pop("--model") == [SEED_MODEL]          # the positional of `vllm serve` now
+    assert ours == theirs
+
+
+def test_json_options_are_compact_sorted_json():
+    argv = build_argv({"speculative_config": {"num_speculative_tokens": 3, "method": "mtp"}}, "m",
+                      "127.0.0.1", 8000, "m")
+    assert argv[argv.index("--speculative-config") + 1] == '{"method":"mtp","num_speculative_tokens":3}'
+    with pytest.raises(VllmArgsError, match="YAML mapping"):
+        build_argv({"compilation_config": '{"cudagraph_mode": "PIECEWISE"}'}, "m", "127.0.0.1", 8000, "m")
+
+
+def test_booleans_render_the_flag_or_its_negative():
+    argv = build_argv({"async_scheduling": False, "enable_prefix_caching": True, "disable_log_stats": False},
+                      "m", "127.0.0.1", 8000, "m")
+    assert "--no-async-scheduling" in argv and "--enable-prefix-caching" in argv
+    assert "--disable-log-stats" not in argv
+    with pytest.raises(VllmArgsError, match="true or false"):
+        build_argv({"trust_remote_code": "yes"}, "m", "127.0.0.1", 8000, "m")
+
+
+def test_host_port_and_names_come_from_the_instance():
+    argv = build_argv({}, "/models/q", "127.0.0.1", 8001, ["qwen", "qwen-alias"])
+    assert argv == ["/models/q", "--host", "127.0.0.1", "--port", "8001",
+                    "--served-model-name", "qwen", "qwen-alias"]
+    for key in ("host", "port", "served_model_name"):
+        with pytest.raises(VllmArgsError, match="instance field"):
+            build_argv({key: "x"}, "m", "127.0.0.1", 8000, "m")
+    with pytest.raises(VllmArgsError, match="bind every interface"):
+        build_argv({}, "m", "", 8000, "m")
+
+
+@pytest.mark.parametrize("extra", [["--api-key", "sk-1"], ["--api-key=sk-1"], ["--hf-token", "hf_x"]])
+def test_secrets_are_refused(extra):
+    with pytest.raises(VllmArgsError, match="never go on a command line"):
+        build_argv({}, "m", "127.0.0.1", 8000, "m", extra_args=extra)
+    with pytest.raises(VllmArgsError, match="VLLM_API_KEY"):
+        build_argv({"api_key": "sk-1"}, "m", "127.0.0.1", 8000, "m")
+
+
+@pytest.mark.parametrize("flag,hint", [
+    ("--disable-log-requests", "--no-enable-log-requests"),
+    ("--num-speculative-tokens", "speculative_config"),
+    ("--swap-space", "nothing"),
+    ("--mamba-cache-mode", "enable-prefix-caching"),
+    ("--model", "positional"),
+])
+def test_old_options_are_refused_with_the_replacement(flag, hint):
+    with pytest.raises(VllmArgsError, match=hint):
+        vllm_flags.check_extra_args([flag, "1"])
+
+
+def test_settings_named_after_old_options_get_the_replacement():
+    with pytest.raises(VllmArgsError, match="max-cudagraph-capture-size"):
+        build_argv({"max_seq_len_to_capture": 4}, "m", "127.0.0.1", 8000, "m")
+
+
+def test_extra_args_of_the_pinned_vllm_pass_and_managed_ones_are_refused():
+    extra = ["--disable-sliding-window", "--otlp_traces_endpoint=http://127.0.0.1:4317"]
+    assert vllm_flags.check_extra_args(extra) == extra
+    with pytest.raises(VllmArgsError, match="setting `compilation_config`"):
+        vllm_flags.check_extra_args(["--compilation-config.cudagraph_mode", "PIECEWISE"])
+    with pytest.raises(VllmArgsError, match="setting `tensor_parallel_size`"):
+        vllm_flags.check_extra_args(["--tensor_parallel_size", "2"])
+
+
+def test_a_forks_own_flags_need_the_allow_list():
+    with pytest.raises(VllmArgsError, match="vllm_extra_flags"):
+        vllm_flags.check_extra_args(["--flashqla-mode", "legacy"])
+    extra = ["--flashqla-mode", "legacy"]
+    assert vllm_flags.check_extra_args(extra, allowed_extra_flags=["--flashqla-mode"]) == extra
