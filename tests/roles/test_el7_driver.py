@@ -59,17 +59,20 @@ def test_kmod_packages_use_the_el7_precompiled_names(kernel, package):
 
 
 def test_kmod_repository_is_added_only_for_the_kmod_flavour():
+    def kmod_repos(r):
+        return [repo for repo in r.var("_nvidia_driver_el7_repos") if "kmod" in repo["name"]]
+
     r = el7(nvidia_driver_el7_flavor="kmod", nvidia_driver_el7_kmod_repo_url="file:///srv/nvidia-kmod")
-    task = next(t for t in flat_tasks(r.tasks("setup-RedHat.yml"))
-                if "ansible.builtin.yum_repository" in t and "kmod" in t["name"])
-    assert r.expr("{{ %s }}" % task["when"]) is True
-    args = r.expr(task["ansible.builtin.yum_repository"])
+    (args,) = kmod_repos(r)
     assert args["baseurl"] == "file:///srv/nvidia-kmod" and args["gpgcheck"] is False
     signed = el7(nvidia_driver_el7_flavor="kmod", nvidia_driver_el7_kmod_repo_url="http://r/",
                  nvidia_driver_el7_kmod_repo_gpgkey="http://r/key.asc")
-    args = signed.expr(task["ansible.builtin.yum_repository"])
+    (args,) = kmod_repos(signed)
     assert args["gpgcheck"] is True and args["gpgkey"] == "http://r/key.asc"
-    assert el7().expr("{{ %s }}" % task["when"]) is False
+    assert kmod_repos(el7()) == []
+    task = next(t for t in flat_tasks(r.tasks("setup-RedHat.yml")) if "ansible.builtin.include_role" in t)
+    assert task["ansible.builtin.include_role"]["tasks_from"] == "repo-RedHat"
+    assert task["vars"]["packages_common_yum_repos"] == "{{ _nvidia_driver_el7_repos }}"
 
 
 # --- DKMS build check -------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.helpers import run_local_playbook
-from tests.roles.test_nvidia_driver import DEBIAN_FACTS, EL7_FACTS, ROOT, RoleRenderer, flat_tasks
+from tests.roles.test_nvidia_driver import DEBIAN_FACTS, EL7_FACTS, ROOT, RoleRenderer, packages_common
 
 FAKE_CTK = os.path.join(ROOT, "tests", "fixtures", "apt_repo", "nvidia-ctk")
 BUILD_REPO = os.path.join(ROOT, "tests", "fixtures", "apt_repo", "build-repo.sh")
@@ -83,11 +83,14 @@ def test_el7_repositories_use_the_base_url_variables():
         nvidia_container_toolkit_repo_base_url="http://mirror.lan/libnvidia-container/stable",
         nvidia_container_toolkit_docker_ce_repo_url="http://mirror.lan/docker-ce/7/$basearch/stable",
     )
-    repos = {
-        t["ansible.builtin.yum_repository"]["name"]: r.expr(t["ansible.builtin.yum_repository"])
-        for t in flat_tasks(r.tasks("setup-RedHat.yml"))
-        if "ansible.builtin.yum_repository" in t
-    }
+    repos = {repo["name"]: repo for repo in packages_common(r, "setup-RedHat.yml", "repo-RedHat")
+             .var("packages_common_yum_repos")}
+    assert list(repos) == ["docker-ce-stable", "nvidia-container-toolkit"]
+    assert repos["nvidia-container-toolkit"]["gpgcheck"] is False
+    no_docker = packages_common(el7(nvidia_container_toolkit_docker_install=False), "setup-RedHat.yml",
+                                "repo-RedHat")
+    names = [repo["name"] for repo in no_docker.var("packages_common_yum_repos")]
+    assert names == ["nvidia-container-toolkit"]
     assert repos["docker-ce-stable"]["baseurl"] == "http://mirror.lan/docker-ce/7/$basearch/stable"
     assert (
         repos["nvidia-container-toolkit"]["baseurl"]
@@ -129,7 +132,9 @@ def test_debian_repository_line(trusted, expected):
         nvidia_container_toolkit_repo_base_url="http://m.lan/stable",
         nvidia_container_toolkit_apt_repo_trusted=trusted,
     )
-    lines = [x for x in r.template("nvidia-container-toolkit.list.j2").splitlines() if x.startswith("deb ")]
+    text = packages_common(r, "setup-Debian.yml", "repo-Debian").template("apt-source.list.j2")
+    assert text.startswith("# Managed by Ansible (llmops.serving.nvidia_container_toolkit)\n")
+    lines = [x for x in text.splitlines() if x.startswith("deb ")]
     assert lines == [expected]
 
 

@@ -8,6 +8,7 @@ import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
+from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import driver_plan
 
 from tests.helpers import ROOT  # noqa: E402
 
@@ -87,6 +88,17 @@ def flat_tasks(tasks):
         for key in ("block", "rescue", "always"):
             if key in task:
                 yield from flat_tasks(task[key])
+
+
+def packages_common(r, tasks_file, entry_point, **extra):
+    """packages_common as the include_role task of tasks_file (rendered by role renderer r) calls it."""
+    names = (entry_point, "%s-{{ ansible_os_family }}" % entry_point.split("-")[0])
+    task = next(t for t in flat_tasks(r.tasks(tasks_file))
+                if t.get("ansible.builtin.include_role", {}).get("tasks_from") in names)
+    params = {name: r.expr(value) for name, value in task["vars"].items()}
+    params.update(extra)
+    facts = {k: v for k, v in r.variables.items() if k.startswith("ansible_") or k == "inventory_hostname"}
+    return RoleRenderer("packages_common", facts, None, **params)
 
 
 def el7(**extra):
@@ -176,10 +188,11 @@ def test_el7_versionlock_entries_cover_every_pinned_nvidia_package(flavor):
 
 
 def test_el7_versionlock_task_adds_kernel_names_only_when_asked():
-    tasks = el7().tasks("versionlock-RedHat.yml")
+    tasks = packages_common(el7(), "install.yml", "versionlock-RedHat").tasks("versionlock-RedHat.yml")
     argv = tasks[0]["ansible.builtin.command"]["argv"]
     for lock_kernel, expect in ((True, True), (False, False)):
-        r = el7(nvidia_driver_versionlock_kernel=lock_kernel)
+        r = packages_common(el7(nvidia_driver_versionlock_kernel=lock_kernel), "install.yml",
+                            "versionlock-RedHat")
         rendered = r.expr(argv)
         # rpm expands the \\n escape of --qf itself
         assert rendered[:4] == ["rpm", "-q", "--qf", "%{NAME}\\n"]
@@ -194,20 +207,23 @@ def test_el7_versionlock_task_adds_kernel_names_only_when_asked():
             "kernel",
         ]
     }
-    r = el7(_nvidia_driver_rpm_installed=outputs)
+    r = packages_common(el7(), "install.yml", "versionlock-RedHat", _packages_common_rpm_installed=outputs)
     assert r.expr(lock["name"]) == ["nvidia-driver-latest-dkms", "kernel"]
 
 
 def test_el7_cuda_repository_uses_the_url_variables():
-    r = el7(nvidia_driver_el7_repo_url="http://mirror.lan/cuda/rhel7/x86_64")
-    repo = next(t for t in flat_tasks(r.tasks("setup-RedHat.yml")) if "ansible.builtin.yum_repository" in t)
-    args = r.expr(repo["ansible.builtin.yum_repository"])
+    r = packages_common(el7(nvidia_driver_el7_repo_url="http://mirror.lan/cuda/rhel7/x86_64"),
+                        "setup-RedHat.yml", "repo-RedHat")
+    repo = next(t for t in flat_tasks(r.tasks("repo-RedHat.yml")) if "ansible.builtin.yum_repository" in t)
+    (item,) = r.var("packages_common_yum_repos")
+    args = RoleRenderer("packages_common", EL7_FACTS, None, item=item, omit="__omit__").expr(
+        repo["ansible.builtin.yum_repository"])
     assert args["baseurl"] == "http://mirror.lan/cuda/rhel7/x86_64"
     assert args["gpgkey"] == "http://mirror.lan/cuda/rhel7/x86_64/D42D0685.pub"
     assert args["gpgcheck"] is True
 
 
-# The enabled-repository check that replaced the grep for mirrorlist.centos.org: tests/roles/test_el7_repos.py.
+# The enabled-repository check (replaced the grep for mirrorlist.centos.org): tests/roles/test_el7_repos.py.
 
 
 # --- nouveau --------------------------------------------------------------------------------------
@@ -241,14 +257,18 @@ def test_apt_cuda_repository_per_distribution(facts, vars_file, distro):
     r = RoleRenderer("nvidia_driver", facts, vars_file)
     url = "https://developer.download.nvidia.com/compute/cuda/repos/%s/x86_64" % distro
     assert r.var("nvidia_driver_apt_repo_url") == url
-    lines = [line for line in r.template("nvidia-cuda.list.j2").splitlines() if line.startswith("deb ")]
+    source = packages_common(r, "setup-Debian.yml", "repo-Debian")
+    text = source.template("apt-source.list.j2")
+    assert text.startswith("# Managed by Ansible (llmops.serving.nvidia_driver)\n")
+    lines = [line for line in text.splitlines() if line.startswith("deb ")]
     assert lines == ["deb [signed-by=/etc/apt/keyrings/nvidia-cuda.asc] %s/ /" % url]
     assert r.var("_nvidia_driver_apt_packages")["repo"] == ["cuda-drivers-550=550.54.14-*"]
 
 
 def test_apt_repository_local_unsigned_mirror():
     r = debian(nvidia_driver_apt_repo_url="file:///srv/fake/cuda", nvidia_driver_apt_repo_trusted=True)
-    lines = [line for line in r.template("nvidia-cuda.list.j2").splitlines() if line.startswith("deb ")]
+    source = packages_common(r, "setup-Debian.yml", "repo-Debian")
+    lines = [line for line in source.template("apt-source.list.j2").splitlines() if line.startswith("deb ")]
     assert lines == ["deb [trusted=yes] file:///srv/fake/cuda/ /"]
 
 
@@ -297,11 +317,11 @@ def test_debian_hold_candidates_from_dpkg_output():
             "installed linux-image-amd64 6.1.112-1",
         ]
     }
-    r = debian(_nvidia_driver_dpkg_out=out)
-    holds = r.var("_nvidia_driver_hold_candidates")
+    r = packages_common(debian(), "install.yml", "versionlock-Debian", _packages_common_dpkg_out=out)
+    holds = r.var("_packages_common_hold_candidates")
     assert holds[:2] == ["cuda-drivers-550", "nvidia-driver"]
     assert "linux-image-amd64" in holds and "linux-image-6.1.0-26-amd64" in holds
-    installed = r.var("_nvidia_driver_installed_packages")
+    installed = r.var("_packages_common_installed")
     assert "nvidia-old" not in installed and "linux-headers-amd64" not in installed
     task = r.tasks("versionlock-Debian.yml")[1]
     assert r.expr(task["loop"]) == [
@@ -310,37 +330,41 @@ def test_debian_hold_candidates_from_dpkg_output():
         "linux-image-amd64",
         "linux-image-6.1.0-26-amd64",
     ]
-    no_kernel = debian(_nvidia_driver_dpkg_out=out, nvidia_driver_versionlock_kernel=False)
-    assert no_kernel.var("_nvidia_driver_hold_candidates") == ["cuda-drivers-550", "nvidia-driver"]
+    no_kernel = packages_common(debian(nvidia_driver_versionlock_kernel=False), "install.yml",
+                                "versionlock-Debian", _packages_common_dpkg_out=out)
+    assert no_kernel.var("_packages_common_hold_candidates") == ["cuda-drivers-550", "nvidia-driver"]
 
 
 # --- decisions ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "gpus,expected",
-    [
-        ({"present": True, "driver_version": "550.54.14", "count": 4}, True),
-        ({"present": True, "driver_version": "535.104.05", "count": 4}, False),
-        ({"present": True, "driver_version": "550.54.15", "count": 4}, False),
-        ({"present": False, "driver_version": None, "error": "nvidia-smi not found"}, False),
-        (None, False),
-    ],
-)
-def test_wanted_driver_loaded_decides_whether_anything_runs(gpus, expected):
-    extra = {} if gpus is None else {"llmops_gpus": gpus}
-    assert el7(**extra).var("_nvidia_driver_wanted_loaded") is expected
+# The decisions themselves (wanted driver loaded, reboot reasons per stage) are unit-tested in
+# tests/unit/plugins/module_utils/test_nvidia_driver_plan.py; here: the role acts on the plan.
+
+
+def plan(stage, gpus, module="", nouveau=False):
+    return driver_plan("550.54.14", stage, gpus=gpus, loaded_module=module, nouveau_loaded=nouveau)
 
 
 def test_install_path_is_skipped_entirely_when_the_driver_is_right():
     main = el7().tasks("main.yml")
     install = next(t for t in main if t.get("ansible.builtin.include_tasks") == "install.yml")
-    assert install["when"] == "not (_nvidia_driver_wanted_loaded | bool)"
+    assert install["when"] == "_nvidia_driver_plan.action == 'install'"
+    assert main[0]["ansible.builtin.include_vars"] == (
+        "{{ role_path | llmops.serving.os_vars_file(ansible_facts) }}")
     runs_always = [t for t in main if "when" not in t]
     modules = {k for t in runs_always for k in t if k.startswith(("ansible.", "llmops.", "community."))}
     assert modules == {"ansible.builtin.import_tasks", "ansible.builtin.include_vars"}
     detect = el7().tasks("detect.yml")
-    assert [next(k for k in t if "." in k) for t in detect] == ["llmops.serving.gpu_facts"]
+    assert [next(k for k in t if "." in k) for t in detect] == ["llmops.serving.gpu_facts",
+                                                               "llmops.serving.nvidia_driver_info"]
+    decide = detect[1]
+    assert decide["register"] == "_nvidia_driver_plan"
+    assert decide["llmops.serving.nvidia_driver_info"]["stage"] == "detect"
+    for gpus, action in (({"present": True, "driver_version": "550.54.14"}, "none"),
+                         ({"present": True, "driver_version": "535.104.05"}, "install")):
+        runs = el7(_nvidia_driver_plan=plan("detect", gpus)).expr("{{ %s }}" % install["when"])
+        assert runs is (action == "install")
 
 
 @pytest.mark.parametrize(
@@ -427,64 +451,17 @@ def test_debian_kernel_headers_parsed_from_dpkg_query():
     assert "Install exactly: `apt-get install linux-headers-6.1.0-26-amd64`" in msg
 
 
-@pytest.mark.parametrize(
-    "gpus,module,nouveau,expected",
-    [
-        ({"present": True, "driver_version": "550.54.14"}, "550.54.14", False, []),
-        (
-            {"present": False, "driver_version": None, "error": "Driver/library version mismatch"},
-            "535.104.05",
-            False,
-            [
-                "nvidia-smi reports no usable driver (Driver/library version mismatch)",
-                "the loaded nvidia kernel module is 535.104.05, not 550.54.14",
-            ],
-        ),
-        (
-            {"present": False, "driver_version": None, "error": "No devices were found"},
-            "",
-            True,
-            ["nvidia-smi reports no usable driver (No devices were found)", "the nouveau module is loaded"],
-        ),
-        (
-            {"present": True, "driver_version": "535.104.05"},
-            "535.104.05",
-            False,
-            ["nvidia-smi reports driver 535.104.05", "the loaded nvidia kernel module is 535.104.05"],
-        ),
-    ],
-)
-def test_reboot_reasons(gpus, module, nouveau, expected):
-    r = el7(
-        llmops_gpus=gpus,
-        _nvidia_driver_module_version={"stdout": module + "\n"},
-        _nvidia_driver_nouveau={"stat": {"exists": nouveau}},
-    )
-    reasons = r.var("_nvidia_driver_reboot_reasons")
-    assert len(reasons) == len(expected)
-    for reason, start in zip(reasons, expected, strict=True):
-        assert reason.startswith(start), reason
-    assert r.var("_nvidia_driver_reboot_reasons_now") == reasons
-    before = el7(
-        llmops_gpus=gpus,
-        _nvidia_driver_module_version={"stdout": module},
-        _nvidia_driver_nouveau={"stat": {"exists": nouveau}},
-        _nvidia_driver_reboot_stage="before-runfile",
-        ansible_inventory_sources=["inventories/l20"],
-    )
-    assert len(before.var("_nvidia_driver_reboot_reasons_now")) == (1 if nouveau else 0)
-
-
 def test_reboot_is_gated_by_allow_reboot_and_failure_names_the_reasons():
     tasks = el7().tasks("reboot.yml")
     fail = next(t for t in tasks if "ansible.builtin.fail" in t)
     reboot = next(t for t in tasks if "ansible.builtin.reboot" in t)
     assert "not (nvidia_driver_allow_reboot | bool)" in fail["when"]
     assert "nvidia_driver_allow_reboot | bool" in reboot["when"]
+    assert "_nvidia_driver_plan.action == 'reboot'" in fail["when"]
+    assert "_nvidia_driver_plan.action == 'reboot'" in reboot["when"]
+    pending = plan("final", {"present": False, "error": "Driver/library version mismatch"}, "535.104.05")
     r = el7(
-        llmops_gpus={"present": False, "error": "Driver/library version mismatch"},
-        _nvidia_driver_module_version={"stdout": "535.104.05"},
-        _nvidia_driver_nouveau={"stat": {"exists": False}},
+        _nvidia_driver_plan=pending,
         _nvidia_driver_packages={"changed": True},
         ansible_inventory_sources=["/srv/ansible/inventories/l20"],
     )
@@ -498,15 +475,13 @@ def test_reboot_is_gated_by_allow_reboot_and_failure_names_the_reasons():
     assert "-e nvidia_driver_allow_reboot=true" in msg
     # A re-run after a reboot that did not happen still says so, without claiming a new install.
     again = el7(
-        llmops_gpus={"present": False, "error": "Driver/library version mismatch"},
-        _nvidia_driver_module_version={"stdout": "535.104.05"},
-        _nvidia_driver_nouveau={"stat": {"exists": False}},
+        _nvidia_driver_plan=pending,
         _nvidia_driver_packages={"changed": False},
         ansible_inventory_sources=["/srv/ansible/inventories/l20"],
     )
     again_msg = " ".join(again.expr(fail["ansible.builtin.fail"]["msg"]).split())
     assert "550.54.14 is installed (packages" in again_msg
-    confirm = next(t for t in tasks if "block" in t)
+    confirm = next(t for t in el7().tasks("activate.yml") if "block" in t)
     facts = confirm["block"][0]["llmops.serving.gpu_facts"]
     assert facts["required"] is True and r.expr(facts["min_driver_version"]) == "550.54.14"
 
@@ -586,10 +561,8 @@ def test_runfile_waits_for_a_reboot_away_from_nouveau():
     tasks = el7().tasks("reboot.yml")
     fail = next(t for t in tasks if "ansible.builtin.fail" in t)
     r = el7(
-        llmops_gpus={"present": False, "error": "nvidia-smi not found"},
-        _nvidia_driver_module_version={"stdout": ""},
-        _nvidia_driver_nouveau={"stat": {"exists": True}},
-        _nvidia_driver_reboot_stage="before-runfile",
+        _nvidia_driver_plan=plan("before_installer", {"present": False, "error": "nvidia-smi not found"},
+                                 "", True),
         ansible_inventory_sources=["inventories/l20"],
     )
     msg = " ".join(r.expr(fail["ansible.builtin.fail"]["msg"]).split())
@@ -600,3 +573,6 @@ def test_runfile_waits_for_a_reboot_away_from_nouveau():
     assert order.index("Reboot away from nouveau before running the installer") < order.index(
         "Run the NVIDIA installer"
     )
+    decide = runfile[order.index("Decide whether the NVIDIA installer can run now")]
+    assert decide["llmops.serving.nvidia_driver_info"]["stage"] == "before_installer"
+    assert decide["register"] == "_nvidia_driver_plan"

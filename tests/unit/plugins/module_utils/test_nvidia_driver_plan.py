@@ -1,0 +1,116 @@
+"""The driver plan of role nvidia_driver (plugins/module_utils/nvidia_driver.py), without Ansible."""
+
+import pytest
+from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (
+    driver_plan,
+    read_loaded_module,
+    read_nouveau_loaded,
+    reboot_reasons,
+    wanted_driver_loaded,
+)
+
+WANTED = "550.54.14"
+
+
+@pytest.mark.parametrize(
+    "gpus,expected",
+    [
+        ({"present": True, "driver_version": "550.54.14", "count": 4}, True),
+        ({"present": True, "driver_version": "535.104.05", "count": 4}, False),
+        ({"present": True, "driver_version": "550.54.15", "count": 4}, False),
+        ({"present": False, "driver_version": None, "error": "nvidia-smi not found"}, False),
+        (None, False),
+    ],
+)
+def test_wanted_driver_loaded_decides_whether_anything_runs(gpus, expected):
+    assert wanted_driver_loaded(WANTED, gpus) is expected
+    plan = driver_plan(WANTED, "detect", gpus=gpus)
+    assert plan["action"] == ("none" if expected else "install")
+    assert plan["wanted_loaded"] is expected
+    assert (plan["reasons"] == []) is expected
+
+
+@pytest.mark.parametrize(
+    "gpus,module,nouveau,expected",
+    [
+        ({"present": True, "driver_version": "550.54.14"}, "550.54.14", False, []),
+        (
+            {"present": False, "driver_version": None, "error": "Driver/library version mismatch"},
+            "535.104.05",
+            False,
+            [
+                "nvidia-smi reports no usable driver (Driver/library version mismatch)",
+                "the loaded nvidia kernel module is 535.104.05, not 550.54.14",
+            ],
+        ),
+        (
+            {"present": False, "driver_version": None, "error": "No devices were found"},
+            "",
+            True,
+            ["nvidia-smi reports no usable driver (No devices were found)", "the nouveau module is loaded"],
+        ),
+        (
+            {"present": True, "driver_version": "535.104.05"},
+            "535.104.05",
+            False,
+            ["nvidia-smi reports driver 535.104.05", "the loaded nvidia kernel module is 535.104.05"],
+        ),
+    ],
+)
+def test_reboot_reasons(gpus, module, nouveau, expected):
+    reasons = reboot_reasons(WANTED, gpus, module, nouveau)
+    assert len(reasons) == len(expected)
+    for reason, start in zip(reasons, expected, strict=True):
+        assert reason.startswith(start), reason
+    final = driver_plan(WANTED, "final", gpus=gpus, loaded_module=module + "\n", nouveau_loaded=nouveau)
+    assert final["reasons"] == reasons
+    assert final["action"] == ("reboot" if reasons else "none")
+    before = driver_plan(WANTED, "before_installer", gpus=gpus, loaded_module=module, nouveau_loaded=nouveau)
+    assert len(before["reasons"]) == (1 if nouveau else 0)
+    assert before["action"] == ("reboot" if nouveau else "install")
+
+
+def test_reason_sentences_are_the_ones_the_role_prints():
+    reasons = reboot_reasons(WANTED, {"present": False, "error": ""}, "535.104.05", True)
+    assert reasons == [
+        "nvidia-smi reports no usable driver (no output)",
+        "the nouveau module is loaded (now blacklisted and the initramfs rebuilt, so it will not load after "
+        "a reboot)",
+        "the loaded nvidia kernel module is 535.104.05, not 550.54.14 (a loaded module cannot be replaced "
+        "while in use)",
+    ]
+    assert driver_plan(WANTED, "before_installer", nouveau_loaded=True)["reasons"] == [
+        "the nouveau module is loaded and the NVIDIA installer refuses to run next to it"
+    ]
+
+
+def test_runfile_installed_earlier_needs_neither_reboot_nor_installer():
+    plan = driver_plan(WANTED, "before_installer", nouveau_loaded=True, installed_module="550.54.14\n")
+    assert plan["action"] == "none" and plan["reasons"] == []
+    other = driver_plan(WANTED, "before_installer", nouveau_loaded=False, installed_module="535.104.05")
+    assert other["action"] == "install"
+
+
+@pytest.mark.parametrize(
+    "module,nouveau,load",
+    [("", False, True), ("", True, False), ("535.104.05", False, False), ("550.54.14", False, False)],
+)
+def test_a_first_install_without_nouveau_only_loads_the_module(module, nouveau, load):
+    plan = driver_plan(WANTED, "final", gpus={}, loaded_module=module, nouveau_loaded=nouveau)
+    assert plan["load_module"] is load
+    assert driver_plan(WANTED, "detect", loaded_module=module, nouveau_loaded=nouveau)["load_module"] is False
+
+
+def test_unknown_stage_is_refused():
+    with pytest.raises(ValueError, match="before_installer"):
+        driver_plan(WANTED, "before-runfile")
+
+
+def test_reads_the_loaded_module_and_nouveau_from_sysfs(tmp_path):
+    assert read_loaded_module(str(tmp_path)) == ""
+    assert read_nouveau_loaded(str(tmp_path)) is False
+    (tmp_path / "nvidia").mkdir()
+    (tmp_path / "nvidia" / "version").write_text("535.104.05\n")
+    (tmp_path / "nouveau").mkdir()
+    assert read_loaded_module(str(tmp_path)) == "535.104.05"
+    assert read_nouveau_loaded(str(tmp_path)) is True

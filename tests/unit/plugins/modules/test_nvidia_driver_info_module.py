@@ -1,0 +1,52 @@
+"""llmops.serving.nvidia_driver_info end to end: the module file run as Ansible runs it, on a fake sysfs."""
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.helpers import ROOT
+
+MODULE = os.path.join(ROOT, "plugins", "modules", "nvidia_driver_info.py")
+COLLECTIONS = os.path.join(ROOT, "collections")
+
+
+def run_module(tmp_path, args):
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    env = dict(os.environ, PYTHONPATH=COLLECTIONS)
+    proc = subprocess.run([sys.executable, MODULE, str(args_file)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env=env, timeout=60, universal_newlines=True)
+    result = json.loads(proc.stdout)
+    result["_rc"] = proc.returncode
+    return result
+
+
+def test_old_module_loaded_means_a_reboot_with_its_reasons(tmp_path):
+    sysfs = tmp_path / "sys-module"
+    (sysfs / "nvidia").mkdir(parents=True)
+    (sysfs / "nvidia" / "version").write_text("535.104.05\n")
+    result = run_module(tmp_path, {
+        "wanted_version": "550.54.14",
+        "gpus": {"present": False, "driver_version": None, "error": "Driver/library version mismatch"},
+        "sysfs_module_dir": str(sysfs),
+    })
+    assert result["_rc"] == 0 and result["changed"] is False
+    assert result["stage"] == "final" and result["action"] == "reboot"
+    assert result["loaded_module"] == "535.104.05" and result["nouveau_loaded"] is False
+    assert result["reasons"][0] == "nvidia-smi reports no usable driver (Driver/library version mismatch)"
+
+
+def test_wanted_driver_reported_means_nothing_to_do(tmp_path):
+    result = run_module(tmp_path, {
+        "wanted_version": "550.54.14",
+        "stage": "detect",
+        "gpus": {"present": True, "driver_version": "550.54.14"},
+        "sysfs_module_dir": str(tmp_path / "absent"),
+    })
+    assert result["action"] == "none" and result["reasons"] == [] and result["wanted_loaded"] is True
+
+
+def test_unknown_stage_is_refused_by_the_argument_spec(tmp_path):
+    result = run_module(tmp_path, {"wanted_version": "550.54.14", "stage": "before-runfile"})
+    assert result["_rc"] != 0 and "before_installer" in result["msg"]
