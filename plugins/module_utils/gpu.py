@@ -965,23 +965,31 @@ def evaluate(facts, require_arch=None, min_driver_version=None, require_cuda=Non
             failure = _check_cuda(gpu, driver, facts["cuda_version"], require_cuda)
             if failure:
                 failures.append(failure)
-        if min_memory_mib is not None:
-            total = gpu["memory_total_mib"]
-            if total is None or total < min_memory_mib:
-                failures.append(
-                    "%s: %s MiB memory found, >= %d MiB wanted. Use GPUs with more memory, spread the "
-                    "model over more GPUs, or pick a smaller model/quantisation."
-                    % (_describe(gpu), total if total is not None else "unknown", min_memory_mib))
-        if min_free_memory_mib is not None:
-            free = gpu["memory_free_mib"]
-            if free is None or free < min_free_memory_mib:
-                failures.append(
-                    "%s: %s MiB free memory found, >= %d MiB wanted (%s MiB used). Stop the processes "
-                    "using this GPU (nvidia-smi --query-compute-apps=pid,process_name,used_memory "
-                    "--format=csv -i %d) or choose another device."
-                    % (_describe(gpu), free if free is not None else "unknown", min_free_memory_mib,
-                       gpu["memory_used_mib"], gpu["index"]))
+        memory_checks = (
+            ("memory_total_mib", "memory", min_memory_mib,
+             ". Use GPUs with more memory, spread the model over more GPUs, or pick a smaller "
+             "model/quantisation."),
+            ("memory_free_mib", "free memory", min_free_memory_mib,
+             " (%s MiB used). Stop the processes using this GPU (nvidia-smi --query-compute-apps=pid,"
+             "process_name,used_memory --format=csv -i %d) or choose another device."
+             % (gpu["memory_used_mib"], gpu["index"])),
+        )
+        for field, what, minimum, advice in memory_checks:
+            failure = _check_memory(gpu, field, what, minimum, advice)
+            if failure:
+                failures.append(failure)
     return selected, failures
+
+
+def _check_memory(gpu, field, what, minimum, advice):
+    """The failure when gpu[field] (MiB) is unknown or below minimum; None when it passes or is not asked."""
+    if minimum is None:
+        return None
+    have = gpu[field]
+    if have is not None and have >= minimum:
+        return None
+    return "%s: %s MiB %s found, >= %d MiB wanted%s" % (
+        _describe(gpu), have if have is not None else "unknown", what, minimum, advice)
 
 
 def _check_cuda(gpu, driver, reported_cuda, require_cuda):

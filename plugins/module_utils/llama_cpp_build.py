@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Build identity and CMake options for llama.cpp builds (role llmops.serving.llama_cpp).
 
-Pure functions, Python 3.6, standard library only: the llama_cpp_build_id module calls them on the managed
+Pure functions, Python 3.6, standard library only: the llama_cpp_build_info module calls them on the managed
 node, the unit tests call them directly.
 
 The build identity is everything that decides what binary comes out: the source (git repo + ref, archive
@@ -36,7 +36,8 @@ DEFAULT_TARGETS = ("llama-server", "llama-cli", "llama-quantize", "llama-bench")
 
 # CMake options that older recipes pass but the pinned llama.cpp no longer has. Each entry says what to
 # do instead; `replacement` is the option to use, or None when the behaviour is automatic now.
-# Checked against the pinned tree by tests/unit/plugins/module_utils/test_llama_cpp_build.py (none of these is an option()).
+# Checked against the pinned tree by tests/unit/plugins/module_utils/test_llama_cpp_build.py (none of these
+# is an option()).
 REMOVED_OPTIONS = {
     "GGML_CUDA_F16": {
         "replacement": None,

@@ -10,7 +10,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: llama_cpp_build_id
+module: llama_cpp_build_info
 short_description: Compute the identity of a llama.cpp build and whether it is installed
 description:
   - Computes the CMake arguments and the build id of a llama.cpp build from the source, the build mode,
@@ -120,7 +120,7 @@ options:
 
 EXAMPLES = r"""
 - name: Compute the llama.cpp build id
-  llmops.serving.llama_cpp_build_id:
+  llmops.serving.llama_cpp_build_info:
     source_type: git
     git_repo: https://github.com/ggml-org/llama.cpp.git
     git_ref: 0c1e57098bba43ac29e6e3b677cdceebdd22334f

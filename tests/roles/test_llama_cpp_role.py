@@ -1,5 +1,5 @@
 """Role llama_cpp: its templates rendered with Ansible's own Templar, its build script run against a small
-CMake project, and the llama_cpp_build_id module run as Ansible runs it (identity and skip logic)."""
+CMake project, and the llama_cpp_build_info module run as Ansible runs it (identity and skip logic)."""
 import fcntl
 import json
 import os
@@ -18,7 +18,7 @@ from tests.helpers import (
 
 ROLE = os.path.join(ROOT, "roles", "llama_cpp")
 COLLECTIONS = os.path.join(ROOT, "collections")
-MODULE = os.path.join(ROOT, "plugins", "modules", "llama_cpp_build_id.py")
+MODULE = os.path.join(ROOT, "plugins", "modules", "llama_cpp_build_info.py")
 
 def _templar(variables):
     return role_templar(ROLE, variables)
@@ -50,12 +50,12 @@ def role_vars(result, extra=None, mode="container"):
     variables.update(load_yaml(os.path.join(ROLE, "vars", "Debian.yml")))
     variables.update(extra or {})
     variables.update({
-        "llama_cpp__plan": result,
-        "llama_cpp__build_id": result["build_id"],
-        "llama_cpp__mode": mode,
-        "llama_cpp__src": variables.get("llama_cpp__src", "/var/cache/llmops/llama.cpp/src/git-0123456789ab"),
-        "llama_cpp__work": variables.get("llama_cpp__work", "/var/cache/llmops/" + result["build_id"]),
-        "llama_cpp__source_label": "https://github.com/ggml-org/llama.cpp.git@0c1e570",
+        "_llama_cpp_plan": result,
+        "_llama_cpp_build_id": result["build_id"],
+        "_llama_cpp_mode": mode,
+        "_llama_cpp_src": variables.get("_llama_cpp_src", "/var/cache/llmops/llama.cpp/src/git-0123456789ab"),
+        "_llama_cpp_work": variables.get("_llama_cpp_work", "/var/cache/llmops/" + result["build_id"]),
+        "_llama_cpp_source_label": "https://github.com/ggml-org/llama.cpp.git@0c1e570",
     })
     return variables
 
@@ -254,7 +254,7 @@ def test_build_script_builds_stages_and_logs(tmp_path):
     work = tmp_path / "work"
     (work / "context").mkdir(parents=True)
     r = plan(tmp_path, mode="host", gpus={"present": False, "archs": []}, targets=["llama-server"])
-    variables = role_vars(r, {"llama_cpp__src": str(src), "llama_cpp__work": str(work),
+    variables = role_vars(r, {"_llama_cpp_src": str(src), "_llama_cpp_work": str(work),
                               "llama_cpp_build_jobs": 1}, mode="host")
     script = work / "build.sh"
     script.write_text(render("build.sh.j2", variables))
@@ -287,9 +287,32 @@ def test_build_script_builds_stages_and_logs(tmp_path):
 
 def test_el7_defaults_to_container_and_refuses_host():
     el7 = load_yaml(os.path.join(ROLE, "vars", "RedHat-7.yml"))
-    assert el7["llama_cpp__default_build_mode"] == "container"
-    assert el7["llama_cpp__host_build_supported"] is False
-    assert load_yaml(os.path.join(ROLE, "vars", "Debian.yml"))["llama_cpp__default_build_mode"] == "host"
+    assert el7["_llama_cpp_default_build_mode"] == "container"
+    assert el7["_llama_cpp_host_build_supported"] is False
+    assert load_yaml(os.path.join(ROLE, "vars", "Debian.yml"))["_llama_cpp_default_build_mode"] == "host"
+
+
+@pytest.mark.parametrize("distribution, family, major, expected", [
+    ("CentOS", "RedHat", "7", "RedHat-7.yml"),
+    ("RedHat", "RedHat", "7", "RedHat-7.yml"),
+    ("Rocky", "RedHat", "9", "RedHat.yml"),
+    ("Debian", "Debian", "12", "Debian.yml"),
+    ("Ubuntu", "Debian", "24", "Debian.yml"),
+])
+def test_os_variables_are_loaded_first_through_os_vars_file(distribution, family, major, expected):
+    from ansible_collections.llmops.serving.plugins.filter.os_vars import os_vars_file
+    first = load_yaml(os.path.join(ROLE, "tasks", "main.yml"))[0]
+    assert first["ansible.builtin.include_vars"] == \
+        "{{ role_path | llmops.serving.os_vars_file(ansible_facts) }}"
+    facts = {"distribution": distribution, "os_family": family, "distribution_major_version": major}
+    assert os.path.basename(os_vars_file(ROLE, facts)) == expected
+
+
+def test_internal_variables_carry_the_role_prefix():
+    for base, _dirs, files in os.walk(ROLE):
+        for name in files:
+            with open(os.path.join(base, name)) as handle:
+                assert "llama_cpp__" not in handle.read(), os.path.join(base, name)
 
 
 def test_defaults_and_argument_specs_agree():
@@ -372,13 +395,13 @@ def test_base_images_are_pulled_before_the_build_only_when_missing():
     pull = next(t for t in tasks if "pull" in str(t.get("ansible.builtin.command", "")))
     build = next(t for t in tasks if t["name"].startswith("Build the builder image"))
     assert names.index(check["name"]) < names.index(pull["name"]) < names.index(build["name"])
-    v = defaults_vars(llama_cpp_builder_image_digest=DIGEST, llama_cpp__builder_inspect={"rc": 1})
+    v = defaults_vars(llama_cpp_builder_image_digest=DIGEST, _llama_cpp_builder_inspect={"rc": 1})
     assert expr(v, check["loop"]) == ["nvidia/cuda:12.4.1-devel-ubuntu22.04@" + DIGEST,
                                       "nvidia/cuda:12.4.1-runtime-ubuntu22.04"]
     # A builder image built earlier needs no devel base (its tag may be gone by now).
-    v = defaults_vars(llama_cpp__builder_inspect={"rc": 0})
+    v = defaults_vars(_llama_cpp_builder_inspect={"rc": 0})
     assert expr(v, check["loop"]) == ["nvidia/cuda:12.4.1-runtime-ubuntu22.04"]
-    v = defaults_vars(llama_cpp__builder_inspect={"rc": 1}, llama_cpp__base_inspect={"results": [
+    v = defaults_vars(_llama_cpp_builder_inspect={"rc": 1}, _llama_cpp_base_inspect={"results": [
         {"item": "nvidia/cuda:12.4.1-devel-ubuntu22.04@" + DIGEST, "rc": 1},
         {"item": "nvidia/cuda:12.4.1-runtime-ubuntu22.04", "rc": 0}]})
     assert expr(v, pull["loop"]) == ["nvidia/cuda:12.4.1-devel-ubuntu22.04@" + DIGEST]
@@ -396,16 +419,16 @@ def test_a_failed_pull_says_what_to_do_when_the_tag_is_gone():
     gone = {"item": "nvidia/cuda:12.4.1-devel-ubuntu22.04", "rc": 1, "stderr":
             "Error response from daemon: manifest for nvidia/cuda:12.4.1-devel-ubuntu22.04 not found: "
             "manifest unknown: manifest unknown"}
-    v = defaults_vars(llama_cpp__base_pull={"results": [gone, {"item": "x", "rc": 0, "stderr": ""}]})
+    v = defaults_vars(_llama_cpp_base_pull={"results": [gone, {"item": "x", "rc": 0, "stderr": ""}]})
     assert expr(v, "{{ %s }}" % fail["when"]) is True
     msg = " ".join(expr(v, fail["ansible.builtin.fail"]["msg"]).split())
     assert "nvidia/cuda:12.4.1-devel-ubuntu22.04" in msg and "manifest unknown" in msg
     for text in ("end-of-life", "docker save", "docker load", "l20-node-01", "docker push",
                  "llama_cpp_cuda_image_registry", "llama_cpp_builder_image_digest"):
         assert text in msg, text
-    ok = defaults_vars(llama_cpp__base_pull={"results": [{"item": "x", "rc": 0}]})
+    ok = defaults_vars(_llama_cpp_base_pull={"results": [{"item": "x", "rc": 0}]})
     assert expr(ok, "{{ %s }}" % fail["when"]) is False
-    assert expr(defaults_vars(llama_cpp__base_pull={"results": []}), "{{ %s }}" % fail["when"]) is False
+    assert expr(defaults_vars(_llama_cpp_base_pull={"results": []}), "{{ %s }}" % fail["when"]) is False
 
 
 def test_no_claim_that_el7_docker_lacks_buildkit():

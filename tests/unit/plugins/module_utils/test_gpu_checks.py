@@ -242,6 +242,13 @@ def test_memory_checks():
     assert failures[0].startswith("GPU 1 (NVIDIA L20")
     assert "15596 MiB free memory found, >= 40960 MiB wanted (30000 MiB used)" in failures[0]
     assert "--query-compute-apps" in failures[0] and "-i 1" in failures[0]
+    assert failures[0].endswith(
+        ": 15596 MiB free memory found, >= 40960 MiB wanted (30000 MiB used). Stop the processes using this "
+        "GPU (nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv -i 1) or choose "
+        "another device.")
+    assert gpu.evaluate(facts, min_memory_mib=48000)[1][1].endswith(
+        ": 46068 MiB memory found, >= 48000 MiB wanted. Use GPUs with more memory, spread the model over "
+        "more GPUs, or pick a smaller model/quantisation.")
 
 
 def test_memory_not_reported_fails_the_memory_check():
