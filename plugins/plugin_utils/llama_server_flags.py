@@ -9,7 +9,8 @@ llama-server command line is built. Instance settings (a dict such as
 ``{"ctx_size": 262144, "cache_type_k": "q8_0"}``) are turned into an argv by :func:`build_argv`; extra_args
 are checked (secrets, removed and legacy flags, flags the table manages). The engine-neutral planner
 (serving_plan.py, registry ``ENGINES["llama.cpp"]``) resolves whole instances (model path, GPUs, ports, key
-file, env file, unit) around this argv. Controller-only (plugin_utils), unit-tested without Ansible by
+file, env file, unit) around this argv; what every engine's table does alike (spelling values, the kinds of
+flags, the extra_args loop) is flag_table.py. Controller-only (plugin_utils), unit-tested without Ansible by
 tests/unit/plugins/plugin_utils/test_llama_server_flags.py.
 
 Pinned engine: llama.cpp as vendored in llama-cpp-python 0.3.36 (llama.cpp commit 0c1e570, 2026-10-01).
@@ -28,6 +29,13 @@ from __future__ import absolute_import, division, print_function
 import json
 from collections import OrderedDict
 
+from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import (
+    ONOFF,
+    FlagTable,
+    compact_json,
+    without_none,
+)
+from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import entry as _f
 from ansible_collections.llmops.serving.plugins.plugin_utils.gpu_assignment import gpu_key
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
 
@@ -50,23 +58,9 @@ class LlamaServerArgsError(ServingError):
     """Bad llama-server settings or extra_args; the message says what to change."""
 
 
-# kinds:
-#   value   --flag VALUE
-#   switch  True -> --flag ; False/None -> nothing (the flag has no negative form)
-#   bool    True -> --flag ; False -> the negative flag
-#   onoff   on|off|auto (booleans accepted: True -> on, False -> off)
-#   choice  one of `choices`
-#   csv     list -> "a,b,c" (a string is passed as is)
-#   json    dict -> compact JSON
-# `aliases` are the other spellings llama-server accepts for the same option (checked against --help);
-# `legacy` are spellings of older builds that mean the same and that the table translates.
-def _f(flag, kind="value", aliases=(), negative=None, choices=None, help_text=""):
-    return {"flag": flag, "kind": kind, "aliases": tuple(aliases), "negative": negative,
-            "choices": tuple(choices) if choices else None, "help": help_text}
-
-
+# Rows are flag_table.entry (kinds documented there). `aliases` are the other spellings llama-server accepts
+# for the same option (checked against --help); LEGACY_FLAGS are spellings of older builds that mean the same.
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-ONOFF = ("on", "off", "auto")
 
 # Ordered as llama-server's own --help groups them; the argv follows this order.
 FLAGS = OrderedDict([
@@ -168,21 +162,6 @@ SECRET_FLAGS = ("--api-key", "--hf-token", "-hft", "--ssl-key-file")
 # chat-template kwargs that have their own flag now.
 DEPRECATED_TEMPLATE_KWARGS = {"enable_thinking": "reasoning"}
 
-def _scalar(key, value):
-    if isinstance(value, bool):
-        raise LlamaServerArgsError("setting %s: expected a number or string, got %r" % (key, value))
-    if isinstance(value, float):
-        return repr(value)
-    if is_number(value):
-        return str(value)
-    if isinstance(value, str):
-        if value == "":
-            raise LlamaServerArgsError("setting %s is empty: remove it or give a value" % key)
-        return value
-    raise LlamaServerArgsError("setting %s: expected a number or string, got %s"
-                               % (key, type(value).__name__))
-
-
 def _json_setting(key, text):
     error = None
     try:
@@ -192,16 +171,15 @@ def _json_setting(key, text):
     raise LlamaServerArgsError("setting %s is not valid JSON: %s" % (key, error))
 
 
-def _onoff(key, value):
-    if value is True:
-        return "on"
-    if value is False:
-        return "off"
-    text = str(value).lower()
-    if text not in ONOFF:
-        raise LlamaServerArgsError("setting %s must be one of on, off, auto (or true/false), got %r"
-                                   % (key, value))
-    return text
+def _json_text(key, value):
+    """A mapping, or a JSON string (as older inventories wrote chat_template_kwargs), -> compact JSON."""
+    if isinstance(value, str):
+        value = _json_setting(key, value)
+    return compact_json(value)
+
+
+TABLE = FlagTable(FLAGS, LlamaServerArgsError, PROGRAM, managed_keys=MANAGED_KEYS, folded_keys=FOLDED_KEYS,
+                  json_text=_json_text)
 
 
 def _fold_load_mode(settings):
@@ -250,7 +228,7 @@ def _fold_template_kwargs(settings):
             raise LlamaServerArgsError("chat_template_kwargs.enable_thinking must be true or false")
         wanted = "on" if thinking else "off"
         current = settings.get("reasoning")
-        if current is not None and _onoff("reasoning", current) != wanted:
+        if current is not None and TABLE.onoff("reasoning", current) != wanted:
             raise LlamaServerArgsError(
                 "chat_template_kwargs.enable_thinking=%s contradicts reasoning=%s: keep only `reasoning`"
                 % (str(thinking).lower(), current))
@@ -261,106 +239,41 @@ def _fold_template_kwargs(settings):
 
 def normalize_settings(settings):
     """Validate setting keys and fold legacy ones. Returns a new dict without None values."""
-    if settings is None:
-        return {}
-    if not isinstance(settings, dict):
-        raise LlamaServerArgsError("settings must be a mapping of setting name -> value")
-    for key in settings:
-        if key in MANAGED_KEYS:
-            raise LlamaServerArgsError(
-                "setting %s is an instance field: set `%s` on the instance, not under settings" % (key, key))
-        if key not in FLAGS and key not in FOLDED_KEYS:
-            known = sorted(k for k in FLAGS if k not in MANAGED_KEYS) + list(FOLDED_KEYS)
-            raise LlamaServerArgsError(
-                "unknown llama-server setting %r; known settings: %s. Options the table does not know go to "
-                "the instance's extra_args list" % (key, ", ".join(known)))
-    settings = _fold_template_kwargs(_fold_load_mode(settings))
-    return dict((k, v) for k, v in settings.items() if v is not None)
+    settings = TABLE.check_setting_names(settings)
+    return without_none(_fold_template_kwargs(_fold_load_mode(settings)))
 
 
 def flag_args(key, value):
     """The argv fragment for one setting (may be empty)."""
-    spec = FLAGS[key]
-    kind = spec["kind"]
-    if value is None:
-        return []
-    if kind == "switch":
-        if not isinstance(value, bool):
-            raise LlamaServerArgsError("setting %s must be true or false, got %r" % (key, value))
-        return [spec["flag"]] if value else []
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise LlamaServerArgsError("setting %s must be true or false, got %r" % (key, value))
-        return [spec["flag"]] if value else [spec["negative"]]
-    if kind == "onoff":
-        return [spec["flag"], _onoff(key, value)]
-    if kind == "choice":
-        text = _scalar(key, value)
-        if text not in spec["choices"]:
-            raise LlamaServerArgsError("setting %s must be one of %s, got %r"
-                                       % (key, ", ".join(spec["choices"]), value))
-        return [spec["flag"], text]
-    if kind == "csv":
-        if isinstance(value, (list, tuple)):
-            if not value:
-                raise LlamaServerArgsError("setting %s is an empty list: remove it or give values" % key)
-            return [spec["flag"], ",".join(_scalar(key, v) for v in value)]
-        return [spec["flag"], _scalar(key, value)]
-    if kind == "json":
-        if isinstance(value, str):
-            value = _json_setting(key, value)
-        return [spec["flag"], json.dumps(value, separators=(",", ":"), sort_keys=True)]
-    return [spec["flag"], _scalar(key, value)]
+    return TABLE.flag_args(key, value)
 
 
 def known_flag_spellings():
     """Every spelling (flag, aliases, negatives) the table can emit or that it claims the engine accepts."""
-    out = {}
-    for key, spec in FLAGS.items():
-        for name in (spec["flag"],) + spec["aliases"] + ((spec["negative"],) if spec["negative"] else ()):
-            out[name] = key
-    return out
+    return TABLE.spellings()
 
 
 def emitted_flags():
     """The flags :func:`build_argv` can put on a command line (canonical spellings and negatives)."""
-    out = []
-    for spec in FLAGS.values():
-        out.append(spec["flag"])
-        if spec["negative"]:
-            out.append(spec["negative"])
-    return out
+    return TABLE.emitted_flags()
+
+
+def _extra_arg_refusal(name):
+    if name in SECRET_FLAGS:
+        return ("extra_args contains %s: secrets never go on a command line (ps, the unit). Put the API key "
+                "in llama_server_api_keys (Ansible Vault / AWX credential); the role passes --api-key-file"
+                % name)
+    if name in REMOVED_FLAGS:
+        return ("extra_args contains %s, which the pinned llama-server removed; use %s"
+                % (name, REMOVED_FLAGS[name]))
+    if name in LEGACY_FLAGS:
+        return "extra_args contains the legacy flag %s; use %s" % (name, LEGACY_FLAGS[name])
+    return TABLE.managed_refusal(name)
 
 
 def check_extra_args(extra_args):
     """Refuse secrets, removed flags and flags the table manages (they would be given twice)."""
-    if extra_args is None:
-        return []
-    if not isinstance(extra_args, (list, tuple)):
-        raise LlamaServerArgsError("extra_args must be a list of strings, e.g. ['--no-warmup']")
-    managed = known_flag_spellings()
-    out = []
-    for arg in extra_args:
-        if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
-            raise LlamaServerArgsError("extra_args items must be strings, got %r" % (arg,))
-        arg = str(arg)
-        name = arg.split("=", 1)[0]
-        if name in SECRET_FLAGS:
-            raise LlamaServerArgsError(
-                "extra_args contains %s: secrets never go on a command line (ps, the unit). Put the API key "
-                "in llama_server_api_keys (Ansible Vault / AWX credential); the role passes --api-key-file"
-                % name)
-        if name in REMOVED_FLAGS:
-            raise LlamaServerArgsError("extra_args contains %s, which the pinned llama-server removed; use %s"
-                                       % (name, REMOVED_FLAGS[name]))
-        if name in LEGACY_FLAGS:
-            raise LlamaServerArgsError("extra_args contains the legacy flag %s; use %s"
-                                       % (name, LEGACY_FLAGS[name]))
-        if name in managed:
-            raise LlamaServerArgsError("extra_args contains %s; use the setting `%s` instead"
-                                       % (name, managed[name]))
-        out.append(arg)
-    return out
+    return TABLE.check_extra_args(extra_args, "--no-warmup", _extra_arg_refusal)
 
 
 def spec_types(settings):
@@ -403,12 +316,7 @@ def build_argv(settings, model=None, host=None, port=None, api_key_file=None, ex
     if isinstance(split, (list, tuple)) and gpus and len(split) != len(gpus):
         raise LlamaServerArgsError("tensor_split has %d entries but the instance owns %d GPUs (%s)"
                                    % (len(split), len(gpus), ", ".join(str(g) for g in gpus)))
-    argv = []
-    for key in FLAGS:
-        value = managed[key] if key in MANAGED_KEYS else settings.get(key)
-        argv.extend(flag_args(key, value))
-    argv.extend(check_extra_args(extra_args))
-    return argv
+    return TABLE.argv(settings, managed) + check_extra_args(extra_args)
 
 
 def relative_main_gpu(main_gpu, gpus):

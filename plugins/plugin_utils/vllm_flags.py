@@ -7,8 +7,9 @@
 This file is the ONLY place in the collection that knows how `vllm serve` spells an option. Instance settings
 (a dict such as ``{"tensor_parallel_size": 2, "speculative_config": {"method": "mtp"}}``) are turned into the
 arguments after ``vllm serve`` by :func:`build_argv`; extra_args are checked (secrets, removed and renamed
-options, options the table manages, options the pinned vLLM does not have). Controller-only (plugin_utils),
-unit-tested without Ansible by tests/unit/plugins/plugin_utils/test_vllm_flags.py.
+options, options the table manages, options the pinned vLLM does not have); the mechanics shared with
+llama-server's table are flag_table.py. Controller-only (plugin_utils), unit-tested without Ansible by
+tests/unit/plugins/plugin_utils/test_vllm_flags.py.
 
 Pinned engine: vLLM 0.33.0 (the seed unit ran a 0.24.0 fork). Checked against the option set that
 tests/fixtures/vllm/vllm_cli.py extracts from the vllm-0.33.0 wheel's own argparse definitions
@@ -25,9 +26,14 @@ table absorbs these differences from older command lines:
 """
 from __future__ import absolute_import, division, print_function
 
-import json
 from collections import OrderedDict
 
+from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import (
+    FlagTable,
+    compact_json,
+    entry,
+    without_none,
+)
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
 
 __metaclass__ = type
@@ -43,18 +49,11 @@ class VllmArgsError(ServingError):
     """Bad vLLM settings or extra_args; the message says what to change."""
 
 
-# kinds:
-#   value   --flag VALUE
-#   switch  True -> --flag ; False/None -> nothing (vLLM has no negative form)
-#   bool    True -> --flag ; False -> --no-flag (argparse.BooleanOptionalAction)
-#   choice  one of `choices`
-#   csv     list -> "a,b,c" (a string is passed as is)
-#   nargs   list -> --flag a b c (argparse nargs="+")
-#   json    mapping -> compact JSON with sorted keys
+# Rows are flag_table.entry (kinds documented there); a "bool" of vLLM is argparse.BooleanOptionalAction,
+# whose negative is always --no-<flag>.
 def _f(flag, kind="value", choices=None, help_text=""):
     negative = "--no-" + flag[2:] if kind == "bool" else None
-    return {"flag": flag, "kind": kind, "negative": negative,
-            "choices": tuple(choices) if choices else None, "help": help_text}
+    return entry(flag, kind, negative=negative, choices=choices, help_text=help_text)
 
 
 # Grouped as vLLM's own --help groups them; the argv follows this order.
@@ -307,20 +306,6 @@ PINNED_VLLM_OPTIONS = frozenset("""
 """.split())
 
 
-def _scalar(key, value):
-    if isinstance(value, bool):
-        raise VllmArgsError("setting %s: expected a number or string, got %r" % (key, value))
-    if isinstance(value, float):
-        return repr(value)
-    if is_number(value):
-        return str(value)
-    if isinstance(value, str):
-        if value == "":
-            raise VllmArgsError("setting %s is empty: remove it or give a value" % key)
-        return value
-    raise VllmArgsError("setting %s: expected a number or string, got %s" % (key, type(value).__name__))
-
-
 def _json_text(key, value):
     if isinstance(value, str):
         raise VllmArgsError(
@@ -329,67 +314,32 @@ def _json_text(key, value):
     if not isinstance(value, (dict, list)):
         raise VllmArgsError("setting %s must be a YAML mapping, got %s" % (key, type(value).__name__))
     try:
-        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+        return compact_json(value)
     except (TypeError, ValueError) as exc:
         raise VllmArgsError("setting %s cannot be written as JSON: %s" % (key, exc)) from exc
 
 
-def _as_list(key, value):
-    values = list(value) if isinstance(value, (list, tuple)) else [value]
-    if not values:
-        raise VllmArgsError("setting %s is an empty list: remove it or give values" % key)
-    return [_scalar(key, v) for v in values]
+TABLE = FlagTable(FLAGS, VllmArgsError, "vLLM", managed_keys=MANAGED_KEYS, json_text=_json_text)
 
 
 def flag_args(key, value):
     """The argv fragment for one setting (may be empty)."""
-    spec = FLAGS[key]
-    kind = spec["kind"]
-    if value is None:
-        return []
-    if kind in ("switch", "bool"):
-        if not isinstance(value, bool):
-            raise VllmArgsError("setting %s must be true or false, got %r" % (key, value))
-        if value:
-            return [spec["flag"]]
-        return [spec["negative"]] if kind == "bool" else []
-    if kind == "choice":
-        text = _scalar(key, value)
-        if text not in spec["choices"]:
-            raise VllmArgsError("setting %s must be one of %s, got %r"
-                                % (key, ", ".join(spec["choices"]), value))
-        return [spec["flag"], text]
-    if kind == "csv":
-        return [spec["flag"], ",".join(_as_list(key, value))]
-    if kind == "nargs":
-        return [spec["flag"]] + _as_list(key, value)
-    if kind == "json":
-        return [spec["flag"], _json_text(key, value)]
-    return [spec["flag"], _scalar(key, value)]
+    return TABLE.flag_args(key, value)
+
+
+def _setting_refusal(key):
+    if key == "api_key":
+        return "setting api_key: %s" % SECRET_FLAGS["--api-key"]
+    flag = "--" + str(key).replace("_", "-")
+    if flag in RENAMED_FLAGS or flag in REMOVED_FLAGS or flag in DEPRECATED_FLAGS:
+        return ("setting %s is not an option of vLLM %s; use %s"
+                % (key, PINNED_VLLM["version"], _replacement(flag)))
+    return None
 
 
 def normalize_settings(settings):
     """Validate setting keys. Returns a new dict without None values."""
-    if settings is None:
-        return {}
-    if not isinstance(settings, dict):
-        raise VllmArgsError("settings must be a mapping of setting name -> value")
-    for key in settings:
-        if key in MANAGED_KEYS:
-            raise VllmArgsError(
-                "setting %s is an instance field: set `%s` on the instance, not under settings" % (key, key))
-        if key == "api_key":
-            raise VllmArgsError("setting api_key: %s" % SECRET_FLAGS["--api-key"])
-        if key not in FLAGS:
-            flag = "--" + str(key).replace("_", "-")
-            known = ", ".join(sorted(k for k in FLAGS if k not in MANAGED_KEYS))
-            if flag in RENAMED_FLAGS or flag in REMOVED_FLAGS or flag in DEPRECATED_FLAGS:
-                raise VllmArgsError("setting %s is not an option of vLLM %s; use %s"
-                                    % (key, PINNED_VLLM["version"], _replacement(flag)))
-            raise VllmArgsError(
-                "unknown vLLM setting %r; known settings: %s. Options the table does not know go to the "
-                "instance's extra_args list" % (key, known))
-    return dict((k, v) for k, v in settings.items() if v is not None)
+    return without_none(TABLE.check_setting_names(settings, _setting_refusal))
 
 
 def _replacement(flag):
@@ -401,17 +351,12 @@ def _replacement(flag):
 
 def managed_flag_spellings():
     """Every spelling the table generates, with the setting that owns it."""
-    out = {}
-    for key, spec in FLAGS.items():
-        for name in (spec["flag"], spec["negative"]):
-            if name:
-                out[name] = key
-    return out
+    return TABLE.spellings()
 
 
 def emitted_flags():
     """The flags :func:`build_argv` can put on a command line (canonical spellings and negatives)."""
-    return list(managed_flag_spellings())
+    return TABLE.emitted_flags()
 
 
 def option_name(arg):
@@ -425,44 +370,38 @@ def option_name(arg):
     return name
 
 
-def _is_option(arg):
-    return arg.startswith("--") or (len(arg) > 1 and arg[0] == "-" and arg[1].isalpha())
+def _option_or_none(arg):
+    """The option an extra_args item names, or None for a value of the previous option."""
+    if arg.startswith("--") or (len(arg) > 1 and arg[0] == "-" and arg[1].isalpha()):
+        return option_name(arg)
+    return None
+
+
+def _extra_arg_refusal(name, allowed):
+    if name in SECRET_FLAGS:
+        return "extra_args contains %s: secrets never go on a command line (ps, the unit); %s" % (
+            name, SECRET_FLAGS[name])
+    if name in allowed:
+        return None
+    if name in RENAMED_FLAGS or name in REMOVED_FLAGS or name in DEPRECATED_FLAGS:
+        return ("extra_args contains %s, which vLLM %s no longer has (or only warns about); use %s"
+                % (name, PINNED_VLLM["version"], _replacement(name)))
+    managed = TABLE.managed_refusal(name)
+    if managed or name in PINNED_VLLM_OPTIONS:
+        return managed
+    return ("extra_args contains %s, which is not an option of vLLM %s. If your build (a fork) has it, "
+            "name it in the allowed extra flags (vllm_extra_flags)" % (name, PINNED_VLLM["version"]))
 
 
 def check_extra_args(extra_args, allowed_extra_flags=()):
     """Refuse secrets, renamed/removed/deprecated options, options the table manages, and options that the
     pinned vLLM does not have unless named in `allowed_extra_flags` (a fork's own options)."""
-    if extra_args is None:
-        return []
-    if not isinstance(extra_args, (list, tuple)):
-        raise VllmArgsError("extra_args must be a list of strings, e.g. ['--enforce-eager']")
     allowed = set(option_name(str(f)) for f in allowed_extra_flags or ())
-    managed = managed_flag_spellings()
-    out = []
-    for arg in extra_args:
-        if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
-            raise VllmArgsError("extra_args items must be strings, got %r" % (arg,))
-        arg = str(arg)
-        out.append(arg)
-        if not _is_option(arg):
-            continue        # a value of the previous option
-        name = option_name(arg)
-        if name in SECRET_FLAGS:
-            raise VllmArgsError("extra_args contains %s: secrets never go on a command line (ps, the unit); "
-                                "%s" % (name, SECRET_FLAGS[name]))
-        if name in allowed:
-            continue
-        if name in RENAMED_FLAGS or name in REMOVED_FLAGS or name in DEPRECATED_FLAGS:
-            raise VllmArgsError("extra_args contains %s, which vLLM %s no longer has (or only warns about); "
-                                "use %s" % (name, PINNED_VLLM["version"], _replacement(name)))
-        if name in managed:
-            raise VllmArgsError("extra_args contains %s; use the setting `%s` instead"
-                                % (name, managed[name]))
-        if name not in PINNED_VLLM_OPTIONS:
-            raise VllmArgsError(
-                "extra_args contains %s, which is not an option of vLLM %s. If your build (a fork) has it, "
-                "name it in the allowed extra flags (vllm_extra_flags)" % (name, PINNED_VLLM["version"]))
-    return out
+
+    def refusal(name):
+        return _extra_arg_refusal(name, allowed)
+
+    return TABLE.check_extra_args(extra_args, "--enforce-eager", refusal, option_name=_option_or_none)
 
 
 def build_argv(settings, model, host, port, served_model_name, extra_args=None, allowed_extra_flags=()):
@@ -481,9 +420,4 @@ def build_argv(settings, model, host, port, served_model_name, extra_args=None, 
         raise VllmArgsError("the instance has no served model name")
     settings = normalize_settings(settings)
     managed = {"host": host, "port": int(port), "served_model_name": served_model_name}
-    argv = [str(model)]
-    for key in FLAGS:
-        value = managed[key] if key in MANAGED_KEYS else settings.get(key)
-        argv.extend(flag_args(key, value))
-    argv.extend(check_extra_args(extra_args, allowed_extra_flags))
-    return argv
+    return [str(model)] + TABLE.argv(settings, managed) + check_extra_args(extra_args, allowed_extra_flags)
