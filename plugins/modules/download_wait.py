@@ -24,24 +24,6 @@ description:
     O(timeout) seconds (plus 30 s for the async wrapper to record its own timeout), returns the last status
     with C(finished=0) and fails.
   - This is an action plugin; the node needs a POSIX C(/bin/sh).
-author:
-  - llmops.serving developers (@llmops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
-attributes:
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   jid:
     description:
@@ -70,6 +52,12 @@ options:
 seealso:
   - module: llmops.serving.model_download
   - module: ansible.builtin.async_status
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+  - llmops.serving.attributes.read_only_action
+author:
+  - llmops.serving developers (@llmops)
 """
 
 EXAMPLES = r"""

@@ -40,15 +40,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    platforms: posix
+  - llmops.serving.attributes.read_only_facts
 options:
   nvidia_smi_path:
     description:

@@ -24,13 +24,7 @@ author:
   - llmops.serving developers (@llmops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - llmops.serving.attributes.read_only
 options:
   source_type:
     description: Where the source comes from.

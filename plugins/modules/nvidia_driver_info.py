@@ -21,14 +21,6 @@ description:
   - Returns the driver plan of role C(llmops.serving.nvidia_driver) for one stage of that role, RV(action)
     with RV(reasons). The whole story is told in C(plugins/module_utils/nvidia_driver.py).
   - Read-only; never changes the host.
-attributes:
-  check_mode:
-    support: full
-    details: Read-only, so check mode returns the same plan.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   wanted_version:
     description:
@@ -62,6 +54,7 @@ seealso:
   - module: llmops.serving.gpu_facts
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - llmops.serving.attributes.read_only
 author:
   - llmops.serving developers (@llmops)
 """

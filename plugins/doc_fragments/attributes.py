@@ -1,0 +1,40 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment(object):
+    """Attributes the collection's modules share (used with ansible.builtin.action_common_attributes)."""
+
+    # Modules that only read the node: check mode returns what a real run returns, there is nothing to diff.
+    READ_ONLY = r"""
+attributes:
+  check_mode:
+    support: full
+    details: Read-only, so check mode returns the same result as a real run.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+"""
+
+    # Read-only modules that return ansible_facts (with ansible.builtin.action_common_attributes.facts).
+    READ_ONLY_FACTS = READ_ONLY + r"""
+  facts:
+    support: full
+"""
+
+    # Read-only action plugins that run on the controller and drive the node through the connection, one host
+    # at a time (with ansible.builtin.action_common_attributes.flow).
+    READ_ONLY_ACTION = READ_ONLY + r"""
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+"""
