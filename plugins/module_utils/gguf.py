@@ -22,14 +22,8 @@ import re
 import struct
 import sys
 
-from ansible_collections.llmops.serving.plugins.module_utils.download import (
-    SIDECAR_PROVENANCE,
-    hash_file,
-    read_sidecar_record,
-    sidecar_matches_file,
-    sidecar_path,
-    write_sidecar_record,
-)
+from ansible_collections.llmops.serving.plugins.module_utils.model_sidecar import recorded_sha256
+from ansible_collections.llmops.serving.plugins.module_utils.safe_files import hash_file
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -213,13 +207,17 @@ class _Reader(object):
         raise GGUFError("%s would end at byte %d: the metadata is larger than the limit of %d bytes "
                         "(max_metadata_bytes)" % (what, end, self.meta_limit), at)
 
-    def _need(self, n, what):
+    def _check_room(self, n, what, doing):
+        """Refuse n more bytes past the end of the file or past the metadata budget."""
         if self.pos + n > self.size:
             raise GGUFError(
-                "unexpected end of file reading %s: need %d bytes, only %d left of %d (truncated file?)"
-                % (what, n, self.size - self.pos, self.size), self.pos)
+                "unexpected end of file %s %s: need %d bytes, only %d left of %d (truncated file?)"
+                % (doing, what, n, self.size - self.pos, self.size), self.pos)
         if self.pos + n > self.meta_limit:
             self._over_budget(self.pos + n, what, self.pos)
+
+    def _need(self, n, what):
+        self._check_room(n, what, "reading")
         rel = self.pos - self.buf_start
         if rel >= 0 and rel + n <= len(self.buf):
             return rel
@@ -262,19 +260,20 @@ class _Reader(object):
         self.pos += size
         return value
 
-    def u32(self, what):
+    def _fixed(self, packer, what):
+        """One little-endian integer; the common case (buffered, within budget) checks nothing else."""
+        size = packer.size
         rel = self.pos - self.buf_start
-        if rel >= 0 and rel + 4 <= len(self.buf) and self.pos + 4 <= self.meta_limit:  # fast path
-            self.pos += 4
-            return _U32.unpack_from(self.buf, rel)[0]
-        return self.unpack("<I", 4, what)
+        if not (rel >= 0 and rel + size <= len(self.buf) and self.pos + size <= self.meta_limit):
+            rel = self._need(size, what)
+        self.pos += size
+        return packer.unpack_from(self.buf, rel)[0]
+
+    def u32(self, what):
+        return self._fixed(_U32, what)
 
     def u64(self, what):
-        rel = self.pos - self.buf_start
-        if rel >= 0 and rel + 8 <= len(self.buf) and self.pos + 8 <= self.meta_limit:  # fast path
-            self.pos += 8
-            return _U64.unpack_from(self.buf, rel)[0]
-        return self.unpack("<Q", 8, what)
+        return self._fixed(_U64, what)
 
     def raw(self, n, what):
         rel = self._need(n, what)
@@ -282,12 +281,7 @@ class _Reader(object):
         return self.buf[rel:rel + n]
 
     def skip(self, n, what):
-        if self.pos + n > self.size:
-            raise GGUFError(
-                "unexpected end of file skipping %s: need %d bytes, only %d left of %d (truncated file?)"
-                % (what, n, self.size - self.pos, self.size), self.pos)
-        if self.pos + n > self.meta_limit:
-            self._over_budget(self.pos + n, what, self.pos)
+        self._check_room(n, what, "skipping")
         self.pos += n
 
     def string_length(self, what, counted=False):
@@ -948,28 +942,13 @@ def check_split_set(first_info, first_struct, limits=None):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# sha256 with the sidecar cache shared with model_download (<dir>/.<file>.llmops.json). The record format,
-# its path and the identity match (size, mtime_ns, inode) are download.py's; gguf_info only adds a digest
-# when none matches, keeping the download's provenance (commit, source) when the content is unchanged.
+# sha256 with the sidecar record model_download writes (<dir>/.<file>.llmops.json, model_sidecar.py).
+# gguf_info is an _info module: it reads the record to skip hashing an unchanged file, never writes it.
 
 
 def read_cached_sha256(path):
-    """The sha256 recorded for path when the sidecar matches the file's size, mtime_ns and inode."""
-    record = read_sidecar_record(path)
-    if record and sidecar_matches_file(record, path):
-        digest = record.get("sha256")
-        if isinstance(digest, str) and re.match(r"^[0-9a-f]{64}$", digest):
-            return digest
-    return None
-
-
-def record_sha256(path, digest):
-    """Write the sidecar for path with digest. Provenance from an older record (commit, source...) is kept
-    only when its sha256 equals digest (same content, e.g. the file was merely touched or copied)."""
-    old = read_sidecar_record(path) or {}
-    keep = dict((k, old[k]) for k in SIDECAR_PROVENANCE if k in old) if old.get("sha256") == digest else {}
-    write_sidecar_record(path, digest, **keep)
-    return sidecar_path(path)
+    """The sha256 recorded for path when the sidecar matches the file's size, mtime_ns, inode and ctime_ns."""
+    return recorded_sha256(path)
 
 
 def normalize_digest(value):
@@ -982,16 +961,11 @@ def normalize_digest(value):
     return text
 
 
-def sha256_cached(path, force=False, record=True):
-    """(digest, cached): the file's sha256 from a matching sidecar, else computed (and recorded)."""
+def sha256_cached(path, force=False):
+    """(digest, cached): the file's sha256 from a matching sidecar record, else computed (nothing is
+    written: model_download records what it verified)."""
     if not force:
         digest = read_cached_sha256(path)
         if digest:
             return digest, True
-    digest = hash_file(path)
-    if record:
-        try:
-            record_sha256(path, digest)
-        except (IOError, OSError):
-            pass  # a read-only models directory still gets its file verified
-    return digest, False
+    return hash_file(path), False

@@ -33,9 +33,14 @@ description:
   - Returns the architecture, quantization, hyperparameters, the hybrid layout (which blocks are attention,
     recurrent or MTP/nextn), the tokenizer, the chat template with its risky constructs, split information,
     and tensor sizes per layer.
-  - Optionally verifies the whole file's sha256 against O(sha256). The digest is cached in the sidecar
-    record C(<dir>/.<file>.llmops.json) shared with M(llmops.serving.model_download) and reused while the
-    file's size, mtime and inode are unchanged, so a second run re-hashes nothing.
+  - Optionally verifies the whole file's sha256 against O(sha256). When the sidecar record
+    C(<dir>/.<file>.llmops.json) that M(llmops.serving.model_download) writes for a file it verified still
+    matches the file's size, mtime, inode and ctime, its digest is used and nothing is hashed, so checking a
+    downloaded 20 GB model takes milliseconds on every run.
+  - Read-only, like every C(_info) module - it never writes the sidecar record or anything else. A file
+    that model_download did not verify (no matching record) is hashed on each run that asks for its
+    sha256; let model_download verify it once (a file already in O(path) with the expected size is hashed
+    and recorded by it) to make later runs fast.
   - For the first part of a split set (C(NAME-00001-of-00003.gguf)), checks that every part exists, parses
     and agrees on C(split.count) and C(split.tensors.count).
 version_added: "0.1.0"
@@ -49,14 +54,14 @@ options:
   sha256:
     description:
       - Expected sha256 of the file (64 hex digits, optionally prefixed C(sha256:)). The task fails on a
-        mismatch. Uses the sidecar cache unless O(force_verify).
+        mismatch. Uses the digest of a matching sidecar record unless O(force_verify).
     type: str
   compute_sha256:
-    description: Return the file's sha256 (cached like O(sha256)) even when no digest is expected.
+    description: Return the file's sha256 (read from the record like O(sha256)) even when none is expected.
     type: bool
     default: false
   force_verify:
-    description: Hash the file even when the sidecar record matches, and refresh the record.
+    description: Hash the file even when the sidecar record matches (the record is not changed).
     type: bool
     default: false
   check_split:
@@ -111,7 +116,7 @@ options:
         type: int
         default: 2097152
 notes:
-  - Supports check mode; in check mode the sidecar record is not written.
+  - Supports check mode; it never changes anything, in check mode or not.
   - Runs on the managed node with Python 3.6 or later and the standard library only.
 seealso:
   - module: llmops.serving.model_download
@@ -129,7 +134,7 @@ EXAMPLES = r"""
       - model_info.nextn_predict_layers >= 1
       - model_info.chat_template_risks | length == 0
 
-- name: Verify the full checksum too (cached in the sidecar record after the first run)
+- name: Verify the full checksum too (from model_download's sidecar record when it matches, else hashed)
   llmops.serving.gguf_info:
     path: /home/models/qwen3-27b-mtp-gguf/Qwen3.6-27B-UD-Q5_K_XL.gguf
     sha256: "{{ expected_sha256 }}"
@@ -320,7 +325,7 @@ sha256:
   returned: when O(sha256) is set or O(compute_sha256) is true
   type: str
 sha256_cached:
-  description: Whether the digest came from the sidecar record (no hashing was done).
+  description: Whether the digest came from model_download's sidecar record (no hashing was done).
   returned: when O(sha256) is set or O(compute_sha256) is true
   type: bool
 verified:
@@ -379,7 +384,7 @@ def main():
     result["verified"] = False
     if expected or p["compute_sha256"]:
         try:
-            digest, cached = gguf.sha256_cached(path, force=p["force_verify"], record=not module.check_mode)
+            digest, cached = gguf.sha256_cached(path, force=p["force_verify"])
         except (IOError, OSError) as exc:
             module.fail_json(msg="cannot hash %s: %s" % (path, exc), path=path, verified=False)
         result["sha256"] = digest

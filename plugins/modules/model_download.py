@@ -251,7 +251,8 @@ update_available:
   type: bool
 parts:
   description: Per file, C(path), C(name), C(size), C(sha256), C(commit), C(verified), C(downloaded_bytes),
-    C(resumed_from), C(changed).
+    C(resumed_from), C(changed); in check mode also C(action) (keep, recommit, force_verify, hash_existing
+    or download) and C(reason), what a real run would do and why.
   returned: always
   type: list
   elements: dict
@@ -262,47 +263,23 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.download import (  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.download import run  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
     DownloadError,
-    run,
     scrub,
+)
+from ansible_collections.llmops.serving.plugins.module_utils.download_options import (  # noqa: E402
+    OPTION_RULES,
+    OPTIONS,
+    argument_spec,
 )
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            repo=dict(type="str"),
-            filename=dict(type="str"),
-            revision=dict(type="str", default="main"),
-            endpoint=dict(type="str"),
-            token=dict(type="str", no_log=True),
-            url=dict(type="str"),
-            dest=dict(type="path", required=True),
-            sha256=dict(type="str"),
-            size=dict(type="int"),
-            connections=dict(type="int", default=8),
-            parallel_min_size=dict(type="int", default=64 * 1024 * 1024),
-            update=dict(type="bool", default=False),
-            force_verify=dict(type="bool", default=False),
-            progress_file=dict(type="path"),
-            timeout=dict(type="int", default=30),
-            retries=dict(type="int", default=8),
-            retry_delay=dict(type="float", default=2.0),
-            validate_certs=dict(type="bool", default=True),
-            free_space_margin=dict(type="int", default=256 * 1024 * 1024),
-            lock_timeout=dict(type="int", default=600),
-        ),
-        mutually_exclusive=[("url", "repo")],
-        required_one_of=[("url", "repo")],
-        required_together=[("repo", "filename")],
-        add_file_common_args=True,
-        supports_check_mode=True,
-    )
-    keys = ("repo", "filename", "revision", "endpoint", "token", "url", "dest", "sha256", "size",
-            "connections", "parallel_min_size", "update", "force_verify", "progress_file", "timeout",
-            "retries", "retry_delay", "validate_certs", "free_space_margin", "lock_timeout")
-    params = dict((k, module.params[k]) for k in keys)
+    module = AnsibleModule(argument_spec=argument_spec(), add_file_common_args=True, supports_check_mode=True,
+                           **OPTION_RULES)
+    params = dict((name, module.params[name]) for name in OPTIONS)
+    token = module.params["token"]
 
     def set_attributes(path):
         # applied inside the run, under its lock, before the sidecar is final (chmod/chown move ctime)
@@ -314,10 +291,9 @@ def main():
                      set_attributes=None if module.check_mode else set_attributes)
     except DownloadError as e:
         extra = dict((k, v) for k, v in e.result.items() if k != "status")
-        module.fail_json(msg=scrub(e.msg, module.params["token"]), **extra)
+        module.fail_json(msg=scrub(e.msg, token), **extra)
     except Exception as e:  # unexpected: still one clear line, never the token
-        module.fail_json(msg=scrub("model_download failed: %s: %s" % (type(e).__name__, e),
-                                   module.params["token"]))
+        module.fail_json(msg=scrub("model_download failed: %s: %s" % (type(e).__name__, e), token))
     module.exit_json(**result)
 
 

@@ -8,6 +8,7 @@ python2 program) and restorecon as commands; EL 8+ and Debian keep sefcontext.""
 import os
 
 import pytest
+from ansible_collections.llmops.serving.plugins.filter.os_vars import os_vars_file
 
 from tests.roles.test_nvidia_driver import ROOT, RoleRenderer, flat_tasks
 
@@ -27,7 +28,10 @@ DEBIAN = ("Debian", "12", "Debian")
 
 
 def model(platform, **extra):
-    return RoleRenderer("model", facts(*platform), platform[0] + ".yml", **extra)
+    """The role's variables for a platform, with the OS variable file tasks/main.yml loads for it."""
+    host = facts(*platform)
+    chosen = os_vars_file(os.path.join(ROOT, "roles", "model"), host["ansible_facts"])
+    return RoleRenderer("model", host, os.path.basename(chosen), **extra)
 
 
 def selinux_tasks(r):
@@ -52,6 +56,18 @@ def running_modules(r):
 
 
 # --- what is installed and what runs, per OS version ----------------------------------------------------
+
+
+def test_main_loads_the_os_variables_with_the_collection_filter():
+    tasks = RoleRenderer("model", facts(*EL7)).tasks("main.yml")
+    loads = [t for t in tasks if "ansible.builtin.include_vars" in t]
+    assert loads and tasks.index(loads[0]) <= 1  # right after the fact gathering it depends on
+    assert "llmops.serving.os_vars_file(ansible_facts)" in loads[0]["ansible.builtin.include_vars"]
+    role = os.path.join(ROOT, "roles", "model")
+    chosen = {p: os.path.basename(os_vars_file(role, facts(*p)["ansible_facts"]))
+              for p in (EL7, EL8, EL9, DEBIAN, ("Debian", "22", "Ubuntu"))}
+    assert chosen == {EL7: "RedHat-7.yml", EL8: "RedHat.yml", EL9: "RedHat.yml", DEBIAN: "Debian.yml",
+                      ("Debian", "22", "Ubuntu"): "Debian.yml"}
 
 
 def test_el7_uses_the_python2_semanage_cli_never_python3_bindings():
@@ -88,7 +104,7 @@ def test_label_is_skipped_without_selinux_or_with_an_empty_type():
     assert runs(model(EL7), block) is True
     assert runs(model(EL7, model_selinux_setype=""), block) is False
     disabled = dict(facts(*EL7)["ansible_facts"], selinux={"status": "disabled"})
-    off = RoleRenderer("model", {"ansible_facts": disabled}, "RedHat.yml")
+    off = RoleRenderer("model", {"ansible_facts": disabled}, "RedHat-7.yml")
     assert runs(off, block) is False
 
 

@@ -9,6 +9,11 @@ import subprocess
 import sys
 
 import pytest
+from ansible_collections.llmops.serving.plugins.module_utils import (
+    download_ranges,
+    download_source,
+    download_transfer,
+)
 
 from tests.fixtures.fake_hub.helpers import (
     MIB,
@@ -48,6 +53,7 @@ def test_rerun_uses_sidecar_without_hashing_or_downloading(hub, dest, model, mon
     hub.reset_stats()
     monkeypatch.setattr(dl, "hashlib", _NoHash())
     monkeypatch.setattr(dl, "hash_file", _NoHash().sha256)
+    monkeypatch.setattr(download_transfer, "hashlib", _NoHash())
     r2 = dl.run(params(hub, dest))
     assert not r2["changed"] and r2["verified"] == "sidecar" and r2["sha256"] == model
     assert r2["downloaded_bytes"] == 0 and gets(hub) == []
@@ -277,7 +283,7 @@ def test_progress_file_reports_state(hub, dest, model, tmp_path):
 
 
 def test_ranges_merge():
-    r = dl.Ranges([(10, 20), (0, 5), (5, 10), (30, 40)])
+    r = download_ranges.Ranges([(10, 20), (0, 5), (5, 10), (30, 40)])
     assert r.items == [[0, 20], [30, 40]] and r.prefix_end() == 20 and r.total() == 30
     assert r.missing(50) == [(20, 30), (40, 50)]
     r.add(15, 35)
@@ -285,10 +291,11 @@ def test_ranges_merge():
 
 
 def test_split_names():
-    assert dl.split_parts("a-00002-of-00003.gguf") == ["a-0000%d-of-00003.gguf" % i for i in (1, 2, 3)]
-    assert dl.split_parts("a.gguf") == ["a.gguf"]
+    parts = download_source.split_parts("a-00002-of-00003.gguf")
+    assert parts == ["a-0000%d-of-00003.gguf" % i for i in (1, 2, 3)]
+    assert download_source.split_parts("a.gguf") == ["a.gguf"]
     with pytest.raises(dl.DownloadError):
-        dl.split_parts("a-00004-of-00003.gguf")
+        download_source.split_parts("a-00004-of-00003.gguf")
 
 
 def _run_module(args, tmp_path):

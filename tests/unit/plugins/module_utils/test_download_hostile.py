@@ -261,10 +261,12 @@ def test_role_hides_every_task_that_can_carry_the_token():
     tasks = _tasks(os.path.join(ROOT, "roles", "model", "tasks", "model.yml"))
     carrying = [t for t in tasks
                 if "ansible.builtin.async_status" in t or "llmops.serving.model_download" in t
+                or "llmops.serving.download_wait" in t
                 or any("_model_download_async" in str(v) or "_model_download_check" in str(v)
                        for k, v in t.items() if k in ("ansible.builtin.set_fact",))]
     names = [t["name"] for t in carrying]
-    assert len([t for t in carrying if "ansible.builtin.async_status" in t]) == 2, names
+    assert len([t for t in carrying if "ansible.builtin.async_status" in t]) == 1, names
+    assert len([t for t in carrying if "llmops.serving.download_wait" in t]) == 1, names
     for t in carrying:
         assert t.get("no_log") == "{{ _model_token | length > 0 }}", t["name"]
     # a failure still says why: a task without no_log prints the module's (scrubbed) message

@@ -6,7 +6,7 @@ import shutil
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import download, gguf
+from ansible_collections.llmops.serving.plugins.module_utils import gguf, model_sidecar
 
 from tests.fixtures import llama_cpp_source
 from tests.fixtures.gguf import make_corpus
@@ -258,7 +258,7 @@ def test_unsplit_file_has_no_split_set(tmp_path):
 
 # --- sha256 sidecar ---------------------------------------------------------------------------------
 
-def test_sha256_is_cached_in_the_download_sidecar(tmp_path, monkeypatch):
+def test_sha256_comes_from_the_download_sidecar_and_nothing_is_written(tmp_path, monkeypatch):
     path = tmp_path / "m.gguf"
     path.write_bytes(tiny_qwen35().build().data)
     import hashlib
@@ -266,23 +266,29 @@ def test_sha256_is_cached_in_the_download_sidecar(tmp_path, monkeypatch):
     calls = []
     real = gguf.hash_file
     monkeypatch.setattr(gguf, "hash_file", lambda p: calls.append(p) or real(p))
-    assert gguf.sha256_cached(str(path)) == (want, False)
     side = tmp_path / ".m.gguf.llmops.json"
-    record = json.loads(side.read_text())
-    assert record["sha256"] == want and record["version"] == download.SIDECAR_VERSION
-    assert download.sidecar_matches_file(record, str(path))  # the download module accepts our record
-    assert gguf.sha256_cached(str(path)) == (want, True)
-    assert len(calls) == 1
-    assert gguf.sha256_cached(str(path), force=True) == (want, False)
+    assert gguf.sha256_cached(str(path)) == (want, False)
+    assert not side.exists()  # gguf_info is an _info module: it records nothing
+    assert gguf.sha256_cached(str(path)) == (want, False)
     assert len(calls) == 2
+    # the record model_download writes for a file it verified is used as it is
+    model_sidecar.write_sidecar_record(str(path), want, commit="c" * 40, source={"repo": "org/repo"})
+    before = side.read_bytes()
+    record = json.loads(before)
+    assert record["sha256"] == want and record["version"] == model_sidecar.SIDECAR_VERSION
+    assert model_sidecar.sidecar_matches_file(record, str(path))
+    assert gguf.sha256_cached(str(path)) == (want, True)
+    assert len(calls) == 2
+    assert gguf.sha256_cached(str(path), force=True) == (want, False)
+    assert len(calls) == 3 and side.read_bytes() == before  # force_verify re-hashes, changes no record
     # the file changes: size/mtime differ, the record no longer matches, the file is hashed again
     with open(str(path), "ab") as f:
         f.write(b"x")
     digest, cached = gguf.sha256_cached(str(path))
-    assert not cached and digest != want
+    assert not cached and digest != want and side.read_bytes() == before
 
 
-def test_sidecar_keeps_download_provenance_only_for_the_same_content(tmp_path):
+def test_stale_or_foreign_sidecar_is_not_trusted(tmp_path):
     path = tmp_path / "m.gguf"
     path.write_bytes(b"GGUF" + b"\0" * 100)
     import hashlib
@@ -291,12 +297,12 @@ def test_sidecar_keeps_download_provenance_only_for_the_same_content(tmp_path):
     side.write_text(json.dumps({"version": 1, "sha256": digest, "size": 1, "mtime_ns": 1, "inode": 1,
                                 "commit": "c" * 40, "source": {"repo": "org/repo"}}))
     assert gguf.read_cached_sha256(str(path)) is None  # stale identity: not trusted
-    gguf.record_sha256(str(path), digest)
-    record = json.loads(side.read_text())
-    assert record["commit"] == "c" * 40 and record["size"] == 104
-    gguf.record_sha256(str(path), "0" * 64)  # different content: provenance dropped
-    record = json.loads(side.read_text())
-    assert "commit" not in record and "source" not in record
+    model_sidecar.write_sidecar_record(str(path), "not hex")
+    assert gguf.read_cached_sha256(str(path)) is None  # a record without a sha256 vouches for nothing
+    model_sidecar.write_sidecar_record(str(path), digest)
+    assert gguf.read_cached_sha256(str(path)) == digest
+    os.chmod(str(path), 0o600)  # ctime moves: the record no longer describes the file
+    assert gguf.read_cached_sha256(str(path)) is None
 
 
 def test_unreadable_sidecar_is_ignored(tmp_path):

@@ -1,5 +1,5 @@
 """The gguf_info module through Ansible: documentation matches the argument spec, results, sha256 check
-with the sidecar cache, check mode, clean failures."""
+with model_download's sidecar record (read, never written), check mode, clean failures."""
 import hashlib
 import json
 import os
@@ -15,27 +15,32 @@ from tests.helpers import ROOT  # noqa: E402
 VENV_BIN = os.path.dirname(sys.executable)
 
 
-def _spec():
-    """The argument spec main() builds, captured without running the module."""
+def capture_module_kwargs(module):
+    """The keyword arguments a module's main() gives AnsibleModule, captured without running the module."""
     captured = {}
 
     class Stop(Exception):
         pass
 
     class Fake(object):
-        def __init__(self, argument_spec, **kwargs):
-            captured.update(argument_spec)
+        def __init__(self, **kwargs):
+            captured.update(kwargs)
             raise Stop()
 
-    real = gguf_info.AnsibleModule
-    gguf_info.AnsibleModule = Fake
+    real = module.AnsibleModule
+    module.AnsibleModule = Fake
     try:
-        gguf_info.main()
+        module.main()
     except Stop:
         pass
     finally:
-        gguf_info.AnsibleModule = real
+        module.AnsibleModule = real
     return captured
+
+
+def _spec():
+    """The argument spec gguf_info's main() builds."""
+    return capture_module_kwargs(gguf_info)["argument_spec"]
 
 
 def test_documentation_matches_argument_spec():
@@ -75,9 +80,9 @@ PLAYBOOK = """
         path: "{{ model }}"
         compute_sha256: true
       register: first
-    - name: Again
+    - name: Again, a file model_download verified and recorded
       llmops.serving.gguf_info:
-        path: "{{ model }}"
+        path: "{{ recorded }}"
         sha256: "sha256:{{ digest | upper }}"
       register: second
     - name: Wrong digest
@@ -91,7 +96,7 @@ PLAYBOOK = """
         path: "{{ truncated }}"
       register: trunc
       ignore_errors: true
-    - name: Check mode writes no sidecar
+    - name: Check mode writes nothing either
       llmops.serving.gguf_info:
         path: "{{ other }}"
         compute_sha256: true
@@ -117,9 +122,17 @@ def test_module_through_ansible(tmp_path):
     other = str(tmp_path / "other.gguf")
     with open(other, "wb") as f:
         f.write(data)
+    recorded = str(tmp_path / "recorded.gguf")
+    with open(recorded, "wb") as f:
+        f.write(data)
+    from ansible_collections.llmops.serving.plugins.module_utils import model_sidecar
+    model_sidecar.write_sidecar_record(recorded, digest, commit="c" * 40)  # what model_download leaves
+    with open(model_sidecar.sidecar_path(recorded), "rb") as f:
+        record = f.read()
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     out = str(tmp_path / "out.json")
-    extra = json.dumps({"model": model, "digest": digest, "truncated": truncated, "other": other, "out": out,
+    extra = json.dumps({"model": model, "digest": digest, "truncated": truncated, "other": other,
+                        "recorded": recorded, "out": out,
                         "ansible_python_interpreter": sys.executable})
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", "localhost,", "-e", extra,
@@ -133,9 +146,13 @@ def test_module_through_ansible(tmp_path):
     assert first["layer_types"] == ["recurrent", "recurrent", "recurrent", "attention", "nextn"]
     assert first["sha256"] == digest and first["sha256_cached"] is False and first["verified"] is False
     assert first["changed"] is False
-    assert second["sha256_cached"] is True and second["verified"] is True  # no re-hash on the second run
+    assert second["sha256_cached"] is True and second["verified"] is True  # the record spares the hashing
+    assert second["changed"] is False
     assert r["wrong"]["failed"] and "sha256 mismatch" in r["wrong"]["msg"] and digest in r["wrong"]["msg"]
     assert r["trunc"]["failed"] and "truncated" in r["trunc"]["msg"] and r["trunc"]["offset"] > 0
     assert r["checked"]["sha256"] == digest
+    # an _info module writes nothing: no record for the files it hashed, the download's record untouched
     assert not os.path.exists(str(tmp_path / ".other.gguf.llmops.json"))
-    assert os.path.exists(str(tmp_path / (".%s.llmops.json" % os.path.basename(model))))
+    assert not os.path.exists(str(tmp_path / (".%s.llmops.json" % os.path.basename(model))))
+    with open(model_sidecar.sidecar_path(recorded), "rb") as f:
+        assert f.read() == record

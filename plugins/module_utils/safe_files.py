@@ -1,0 +1,272 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Files in a directory other users may write to: never follow a link, never open a FIFO, socket or
+device, write JSON to unguessable temporary names then rename, hash without blocking, and one run per
+destination file (flock).  Shared by model_download and the sidecar record store.
+
+Plain Python 3.6, standard library only; importable without Ansible.
+"""
+from __future__ import absolute_import, division, print_function
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import stat
+import tempfile
+import time
+
+from ansible_collections.llmops.serving.plugins.module_utils.download_messages import DownloadError
+
+__metaclass__ = type
+
+MIB = 1 << 20
+MAX_JSON = 16 * MIB
+O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def describe_inode(st):
+    """What a non-regular (or multiply linked) inode is, in words."""
+    m = st.st_mode
+    for test, words in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
+        if test(m):
+            return words
+    if stat.S_ISREG(m) and st.st_nlink > 1:
+        return "a hard link (one of %d names of a file)" % st.st_nlink
+    return "not a regular file"
+
+
+def foreign_error(path, st):
+    target = ""
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = " (to %s)" % os.readlink(path)
+        except OSError:
+            pass
+    return DownloadError(
+        "%s is %s%s, not a file model_download wrote: refusing to follow, open or replace it (a link or "
+        "pipe planted there could make root write elsewhere or hang). Remove it (after checking who put it "
+        "there) and rerun" % (path, describe_inode(st), target), foreign_path=path)
+
+
+def check_own_path(path, single_link=False):
+    """lstat ``path``: None when absent, its stat when a regular file; else raise DownloadError.
+    ``single_link``: a file written in place (``.part``, lock) must not be a hard link either."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise DownloadError("cannot inspect %s: %s" % (path, e)) from None
+    if not stat.S_ISREG(st.st_mode) or (single_link and st.st_nlink != 1):
+        raise foreign_error(path, st)
+    return st
+
+
+def clear_nonblock(fd):
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+
+
+def open_regular(path, flags, mode=0o644, single_link=False):
+    """os.open without following a symlink (O_NOFOLLOW) and without blocking on a FIFO (O_NONBLOCK);
+    anything but a regular file (and a hard link, with ``single_link``) raises DownloadError."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC, mode)
+    except OSError as e:
+        check_own_path(path, single_link)  # a link, FIFO, socket...: the clear message
+        raise DownloadError("cannot open %s: %s" % (path, e), errno=e.errno) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (single_link and st.st_nlink != 1):
+            raise foreign_error(path, st)
+        clear_nonblock(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_atomic(path, text, mode=0o644, owner=None):
+    """Write ``text`` to a fresh, unguessable file next to ``path`` (mkstemp: O_EXCL, never through a
+    link), set its mode (and owner), then rename it over ``path`` (a rename replaces a link, never
+    follows it)."""
+    d, b = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix="." + b.lstrip(".") + ".", suffix=".tmp", dir=d or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            if owner is not None:
+                try:
+                    os.fchown(f.fileno(), owner[0], owner[1])
+                except OSError:
+                    pass
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json_atomic(path, data, mode=0o644, owner=None):
+    write_atomic(path, json.dumps(data, sort_keys=True), mode, owner)
+
+
+def read_json(path):
+    """The JSON object in ``path``; None when absent, unreadable, not a regular file (never follows a
+    link, never blocks on a FIFO) or not an object."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JSON:
+            return None
+        clear_nonblock(fd)
+        raw = os.read(fd, MAX_JSON + 1)
+        data = json.loads(raw.decode("utf-8"))
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def quarantine(path):
+    q = "%s.corrupt-%s" % (path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    n = 1
+    while os.path.lexists(q):
+        q = "%s.corrupt-%s-%d" % (path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), n)
+        n += 1
+    os.rename(path, q)
+    return q
+
+
+def hash_file(path, progress=None, bufsize=8 * MIB, nofollow=False):
+    """sha256 hex of the regular file at path.  A FIFO, socket or device raises OSError (it would block
+    or never end); with ``nofollow`` a symlink does too."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device): refusing to read it",
+                          path)
+        clear_nonblock(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    h = hashlib.sha256()
+    buf = bytearray(bufsize)
+    mv = memoryview(buf)
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            h.update(mv[:n])
+            if progress is not None:
+                progress.add(n)
+    return h.hexdigest()
+
+
+def lock_path(final_path):
+    d, b = os.path.split(final_path)
+    return os.path.join(d, "." + b + ".llmops.lock")
+
+
+class DestLock:
+    """One run per destination file: ``fcntl.flock`` on ``.<file>.llmops.lock`` (opened O_NOFOLLOW, a
+    regular file with one link), the holder's pid inside.  The holder removes the file before it lets
+    go; a waiter that then gets the lock on the removed file notices (inode changed) and takes the new
+    one, so the lock always lives on the file at the path."""
+
+    def __init__(self, path, fd):
+        self.path = path
+        self.fd = fd
+
+    @classmethod
+    def acquire(cls, path, timeout, what, progress=None, deadline=None):
+        deadline = time.monotonic() + timeout if deadline is None else deadline
+        waiting = False
+        while True:
+            check_own_path(path, single_link=True)
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o644, single_link=True)
+            try:
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except OSError as e:
+                        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                            raise
+                    if time.monotonic() >= deadline:
+                        raise DownloadError(
+                            "another model_download run (pid %s) holds %s: it is fetching %s into the same "
+                            "place (two plays, or a retried job). Waited %s s (lock_timeout); let it finish "
+                            "and rerun (this run then finds the verified file), or raise lock_timeout"
+                            % (lock_holder(fd), path, what, timeout), lock=path)
+                    if progress is not None and not waiting:
+                        waiting = True
+                        progress.set(state="waiting", file=what)
+                    time.sleep(0.1)
+                try:
+                    now = os.lstat(path)
+                except OSError:
+                    now = None
+                mine = os.fstat(fd)
+                if now is None or (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+                    os.close(fd)  # the previous holder removed it while letting go: lock the new one
+                    continue
+                os.ftruncate(fd, 0)
+                os.write(fd, ("%d\n" % os.getpid()).encode())  # offset 0: never written before
+                return cls(path, fd)
+            except BaseException:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                raise
+
+    def release(self):
+        if self.fd is None:
+            return
+        try:
+            now = os.lstat(self.path)
+            mine = os.fstat(self.fd)
+            if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+                os.unlink(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
+def lock_holder(fd):
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return "unknown"
+    return text if text.isdigit() else "unknown"

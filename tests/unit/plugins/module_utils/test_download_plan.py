@@ -1,0 +1,79 @@
+"""model_download's option schema (written once, in download_options.OPTIONS) and its decide/apply pair:
+the module's DOCUMENTATION, argument spec and the logic's defaults cannot drift apart, and check mode
+reports what a real run then does."""
+import json
+import os
+
+import yaml
+from ansible_collections.llmops.serving.plugins.module_utils import download_options, download_parts
+from ansible_collections.llmops.serving.plugins.modules import model_download
+
+from tests.fixtures.fake_hub.helpers import dl, params
+from tests.unit.plugins.modules.test_gguf_module import capture_module_kwargs
+
+
+def test_documentation_equals_the_option_schema():
+    doc = yaml.safe_load(model_download.DOCUMENTATION)["options"]
+    schema = download_options.OPTIONS
+    assert sorted(doc) == sorted(schema)
+    assert len(schema) == 20
+    for name, spec in schema.items():
+        opt = doc[name]
+        assert opt["type"] == spec["type"], name
+        assert opt.get("default") == spec.get("default"), name
+        assert opt.get("choices") == spec.get("choices"), name
+        assert bool(opt.get("required")) == bool(spec.get("required")), name
+        assert bool(opt.get("no_log")) is False, name  # no_log is the spec's business, not documented
+    assert schema["token"]["no_log"] is True
+
+
+def test_module_argument_spec_and_defaults_come_from_the_schema():
+    kwargs = capture_module_kwargs(model_download)
+    assert kwargs["argument_spec"] == download_options.OPTIONS
+    assert kwargs["argument_spec"] is not download_options.OPTIONS  # a copy: AnsibleModule may change it
+    for rule, value in download_options.OPTION_RULES.items():
+        assert kwargs[rule] == value
+    assert kwargs["supports_check_mode"] and kwargs["add_file_common_args"]
+    schema = download_options.OPTIONS
+    assert download_options.DEFAULTS == dict((k, v.get("default")) for k, v in schema.items())
+    o = download_options.normalize({"repo": "org/m", "filename": "m.gguf", "dest": "/srv/models",
+                                    "endpoint": "https://hub.example"})
+    for name, default in download_options.DEFAULTS.items():
+        if name not in ("repo", "filename", "dest", "endpoint", "token", "lock_timeout"):
+            assert o[name] == default, name
+
+
+def test_decide_gives_actions_with_reasons_and_writes_nothing(hub, dest, model):
+    o = dl.normalize(params(hub, dest))
+    plan = dl.decide(o, dl.build_targets(o))
+    (step,) = plan.steps
+    assert step.action == "download" and step.reason and step.resumable == 0
+    assert os.listdir(str(dest)) == []
+    dl.run(params(hub, dest))
+    plan = dl.decide(o, dl.build_targets(o))
+    assert [s.action for s in plan.steps] == ["keep"] and "sidecar" in plan.steps[0].reason
+
+
+def test_check_mode_reports_the_resume_a_real_run_makes(hub, dest, model):
+    """A partial download: check mode says how much a real run resumes, and a stale state counts 0."""
+    hub.set_fault("cut", after=1024 * 1024, times=1)
+    try:
+        dl.run(params(hub, dest, retries=0, connections=1))
+    except dl.DownloadError:
+        pass
+    o = dl.normalize(params(hub, dest))
+    t = dl.build_targets(o)[0]
+    checked = dl.run(params(hub, dest), check_mode=True)
+    part = checked["parts"][0]
+    assert part["action"] == "download" and part["reason"]
+    dl.fetch_metadata(o, t, dl.Session())
+    assert checked["resumed_from"] == download_parts.resumable_bytes(o, t) > 0
+    state = download_parts.state_path(t)
+    with open(state) as f:
+        data = json.load(f)
+    data["identity"]["sha256"] = "0" * 64  # another version of the file: nothing may be resumed
+    with open(state, "w") as f:
+        json.dump(data, f)
+    assert dl.run(params(hub, dest), check_mode=True)["resumed_from"] == 0
+    real = dl.run(params(hub, dest))
+    assert real["resumed_from"] == 0 and real["changed"]
