@@ -170,11 +170,14 @@ def test_dkms_failure_message_reuses_the_kernel_headers_message():
     headers = " ".join(r.var("_nvidia_driver_headers_message").split())
     assert headers in prose
     assert "Install exactly: `yum install kernel-devel-%s`" % KERNEL in prose
-    # The check re-reads the headers with kernel.yml's own query and register names.
+    # The check re-reads the headers with kernel.yml's own query and register names (kernels-read.yml).
     check = el7().tasks("dkms-check.yml")
     reread = task_named(check, "headers")
-    assert reread["register"] == "_nvidia_driver_headers_out_after"
-    assert "_nvidia_driver_headers_query" in reread["ansible.builtin.shell"]["cmd"]
+    assert reread["ansible.builtin.include_tasks"] == "kernels-read.yml"
+    assert reread["when"] == "nvidia_driver_el7_flavor == 'dkms'"
+    read = task_named(el7().tasks("kernels-read.yml"), "headers")
+    assert read["register"] == "_nvidia_driver_headers_out"
+    assert "_nvidia_driver_headers_query" in read["ansible.builtin.shell"]["cmd"]
 
 
 def test_dkms_failure_without_make_log_says_dkms_never_built():

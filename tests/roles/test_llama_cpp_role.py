@@ -413,6 +413,28 @@ def test_base_images_are_pulled_before_the_build_only_when_missing():
     assert expr(v, pull["ansible.builtin.command"]["argv"])[-1] == "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
 
 
+def test_both_build_modes_compile_through_the_one_async_task():
+    (compile_task, report) = load_yaml(os.path.join(ROLE, "tasks", "compile.yml"))
+    assert compile_task["register"] == "_llama_cpp_compile"
+    assert compile_task["async"] == "{{ llama_cpp_build_timeout }}" and compile_task["poll"] == 10
+    assert compile_task["failed_when"] is False and compile_task["changed_when"] is True
+    assert report["ansible.builtin.include_tasks"] == "build-failed.yml"
+    assert report["when"] == "_llama_cpp_compile.rc | default(1) != 0"
+    work, src = "/var/cache/llmops/0123456789abcdef", "/var/cache/llmops/llama.cpp/src/git-0123456789ab"
+    v = defaults_vars(_llama_cpp_work=work, _llama_cpp_src=src, _llama_cpp_builder_tag="b:1",
+                      _llama_cpp_container_name="llmops-llama-cpp-build-x", _llama_cpp_network_args=[],
+                      llama_cpp_ccache=True, llama_cpp_container_extra_volumes=["/srv/m:/srv/m:ro"])
+    (host,) = load_yaml(os.path.join(ROLE, "tasks", "build-host.yml"))
+    container = next(t for t in container_tasks() if t.get("ansible.builtin.include_tasks") == "compile.yml")
+    assert host["ansible.builtin.include_tasks"] == "compile.yml"
+    assert expr(v, host["vars"]["_llama_cpp_compile_argv"]) == ["/bin/bash", work + "/build.sh"]
+    assert expr(v, container["vars"]["_llama_cpp_compile_argv"]) == [
+        "docker", "run", "--rm", "--name", "llmops-llama-cpp-build-x",
+        "--volume", work + ":" + work, "--volume", src + ":" + src + ":ro",
+        "--volume", "/var/cache/llmops/ccache:/var/cache/llmops/ccache", "--volume=/srv/m:/srv/m:ro",
+        "--workdir", work, "--entrypoint", "/bin/bash", "b:1", work + "/build.sh"]
+
+
 def test_a_failed_pull_says_what_to_do_when_the_tag_is_gone():
     tasks = container_tasks()
     fail = next(t for t in tasks if "ansible.builtin.fail" in t and "pull" in t["name"])

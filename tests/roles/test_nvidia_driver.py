@@ -8,6 +8,7 @@ import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
+from ansible_collections.llmops.serving.plugins.filter.os_vars import os_vars_file
 from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import driver_plan
 
 from tests.helpers import ROOT  # noqa: E402
@@ -249,8 +250,8 @@ def test_blacklist_content_and_initramfs_commands():
     "facts,vars_file,distro",
     [
         (DEBIAN_FACTS, "Debian.yml", "debian12"),
-        (ubuntu_facts("22.04"), "Ubuntu.yml", "ubuntu2204"),
-        (ubuntu_facts("24.04"), "Ubuntu.yml", "ubuntu2404"),
+        (ubuntu_facts("22.04"), "Debian.yml", "ubuntu2204"),
+        (ubuntu_facts("24.04"), "Debian.yml", "ubuntu2404"),
     ],
 )
 def test_apt_cuda_repository_per_distribution(facts, vars_file, distro):
@@ -299,11 +300,34 @@ def test_apt_preferences_pin_driver_packages_to_the_version():
 
 def test_distro_method_packages():
     assert "nvidia-driver" in debian().var("_nvidia_driver_apt_packages")["distro"]
-    ubuntu = RoleRenderer("nvidia_driver", ubuntu_facts("22.04"), "Ubuntu.yml")
+    ubuntu = RoleRenderer("nvidia_driver", ubuntu_facts("22.04"), "Debian.yml")
     assert ubuntu.var("_nvidia_driver_apt_packages")["distro"] == [
         "nvidia-headless-550-server",
         "nvidia-utils-550-server",
     ]
+
+
+@pytest.mark.parametrize(
+    "facts,meta_packages",
+    [
+        (DEBIAN_FACTS, ["linux-image-amd64", "linux-headers-amd64"]),
+        (ubuntu_facts("22.04"), ["linux-generic", "linux-image-generic", "linux-headers-generic"]),
+        (ubuntu_facts("24.04"), ["linux-generic", "linux-image-generic", "linux-headers-generic"]),
+    ],
+)
+def test_debian_family_shares_one_vars_file_and_holds_the_kernel_per_distribution(facts, meta_packages):
+    role_dir = os.path.join(ROLES, "nvidia_driver")
+    assert os_vars_file(role_dir, {k[len("ansible_"):]: v for k, v in facts.items()}) == os.path.join(
+        role_dir, "vars", "Debian.yml")
+    kernel = facts["ansible_kernel"]
+    held = meta_packages + ["linux-image-" + kernel, "linux-headers-" + kernel]
+    r = RoleRenderer("nvidia_driver", facts, "Debian.yml")
+    assert r.var("_nvidia_driver_kernel_hold_names") == held
+    assert r.var("_nvidia_driver_lock_names") == held
+    unlocked = RoleRenderer("nvidia_driver", facts, "Debian.yml", nvidia_driver_versionlock_kernel=False)
+    assert unlocked.var("_nvidia_driver_lock_names") == []
+    assert r.var("_nvidia_driver_headers_package") == "linux-headers-" + kernel
+    assert r.var("_nvidia_driver_pkg_manager_hint") == "apt-get"
 
 
 def test_debian_hold_candidates_from_dpkg_output():
@@ -520,22 +544,25 @@ def test_supported_platforms(facts, ok):
 
 
 def test_headers_reread_after_install_wins_unless_skipped():
+    # Every read goes through tasks/kernels-read.yml into the same registers: a re-read that runs replaces
+    # the first read, and a re-read skipped by the `when` of its include registers nothing.
+    r = el7()
+    read = r.tasks("kernels-read.yml")
+    assert [t["register"] for t in read] == ["_nvidia_driver_headers_out", "_nvidia_driver_kernels_out"]
+    assert "when" not in read[0] and read[1]["when"] == "not (_nvidia_driver_headers_ok | bool)"
+    kernel = list(flat_tasks(r.tasks("kernel.yml")))
+    includes = [t for t in kernel if "ansible.builtin.include_tasks" in t]
+    assert [t["ansible.builtin.include_tasks"] for t in includes] == ["kernels-read.yml", "kernels-read.yml"]
+    assert "when" not in includes[0] and includes[1]["when"] == "not ansible_check_mode"
+    assert not [t for t in kernel if "register" in t and "headers_out" in t["register"]]
     before = {"stdout_lines": ["package kernel-devel is not installed"]}
     after = {"stdout_lines": ["3.10.0-1160.119.1.el7.x86_64"]}
-    assert (
-        el7(_nvidia_driver_headers_out=before, _nvidia_driver_headers_out_after=after).var(
-            "_nvidia_driver_headers_ok"
-        )
-        is True
-    )
-    present = {"stdout_lines": ["3.10.0-1160.119.1.el7.x86_64"]}
-    skipped = {"skipped": True, "changed": False}
-    assert (
-        el7(_nvidia_driver_headers_out=present, _nvidia_driver_headers_out_after=skipped).var(
-            "_nvidia_driver_headers_ok"
-        )
-        is True
-    )
+    assert el7(_nvidia_driver_headers_out=before).var("_nvidia_driver_headers_ok") is False
+    assert el7(_nvidia_driver_headers_out=after).var("_nvidia_driver_headers_ok") is True
+    noble_headers = {"stdout_lines": ["installed linux-headers-6.8.0-45-generic"]}
+    ubuntu = RoleRenderer("nvidia_driver", ubuntu_facts("24.04"), "Debian.yml",
+                          _nvidia_driver_headers_out=noble_headers)
+    assert ubuntu.var("_nvidia_driver_headers_ok") is True
 
 
 NO_PACKAGE = "No package kernel-devel-3.10.0-1160.119.1.el7.x86_64 available."
