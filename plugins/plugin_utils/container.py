@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """`docker run` of a container-mode instance, for every engine: only its GPUs, its model directory and key
 file read-only, its environment from its file. Tested by tests/unit/plugins/plugin_utils/test_systemd.py and
-tests/roles/test_llama_server_env_secrets.py.
+tests/roles/test_serving_env_secrets.py.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -19,8 +19,10 @@ def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
     """argv of `docker run` for a container-mode instance (only its GPUs; model dir and key read-only; env
     from its file).
 
-    `entrypoint`: the engine's path inside the image; default the plan's (llmops_llama_cpp.binary of a
-    container build), else the image's own ENTRYPOINT (upstream llama.cpp server images).
+    `entrypoint`: the engine's path inside the image; default the plan's (the build fact's binary of a
+    container build), else the image's own ENTRYPOINT (upstream llama.cpp server images; vllm-openai's is
+    `vllm serve`). An engine with a subcommand (vLLM: serve) gets it after the image only with an explicit
+    entrypoint.
     """
     entrypoint = entrypoint or plan.get("container_entrypoint")
     args = [docker, "run", "--rm", "--name", plan["container_name"], "--network", "host", "--init"]
@@ -39,7 +41,9 @@ def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
         args += ["--env-file", plan["env_file"]]
     for key, value in plan["env"].items():      # only what the role computes (nothing secret)
         args += ["-e", "%s=%s" % (key, value)]
+    args += list(plan.get("container_args") or ())
     if entrypoint:
         args += ["--entrypoint", entrypoint]
     args.append(plan["image"])
-    return args + list(plan["argv"])
+    subcommand = list(plan.get("subcommand") or ()) if entrypoint else []
+    return args + subcommand + list(plan["argv"])

@@ -7,7 +7,7 @@
 Instance environment (`env`) may hold secrets (LLAMA_API_KEY, HF_TOKEN, ...): it never goes into the unit
 or on a command line, only into <config_dir>/<name>.env (root, 0600), read as root by systemd
 (EnvironmentFile=, host mode) or by the docker client (docker run --env-file, container mode).
-Tested by tests/roles/test_llama_server_env_secrets.py (against systemd's and docker's own parsers).
+Tested by tests/roles/test_serving_env_secrets.py (against systemd's and docker's own parsers).
 """
 from __future__ import absolute_import, division, print_function
 

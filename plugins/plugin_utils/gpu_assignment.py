@@ -72,3 +72,16 @@ def claim_gpus(owners, gpus, name):
         if owner:
             raise ServingError("GPU %s is given to both %s and %s" % (gpu, owner, name))
         owners[gpu_key(gpu)] = name
+
+
+def gpu_entries(gpus, gpu_facts=None):
+    """The llmops_gpus entries (index, uuid, compute_cap, memory_*_mib) of an instance's GPUs ([] without
+    facts)."""
+    if not gpu_facts or not gpu_facts.get("present"):
+        return []
+    found = []
+    for entry in gpu_facts.get("gpus") or []:
+        keys = (gpu_key(entry.get("index")), gpu_key(entry.get("uuid")))
+        if any(gpu_key(g) in keys for g in gpus):
+            found.append(entry)
+    return found

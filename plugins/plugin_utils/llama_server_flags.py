@@ -47,11 +47,19 @@ PINNED_LLAMA_CPP = {
 }
 
 
-# What the engine-neutral planner (serving_plan.py) needs to name in its messages.
+# What the engine-neutral planner (serving_plan.py) needs to know of this engine (see its docstring).
 PROGRAM = "llama-server"
-ROLE = "llama_server"
+ROLE = "serving"
 BUILD_ROLE = "llama_cpp"
 BUILD_FACT = "llmops_llama_cpp"
+UNIT_PREFIX = "llama-server-"
+# A 19 GB GGUF read with --load-mode mlock takes minutes on a busy disk.
+TIMEOUT_START_SEC = 900
+SUBCOMMAND = ()
+CONTAINER_ARGS = ()
+API_KEY_ENV = None          # the key is a file: --api-key-file
+OPEN_PATHS = None           # --api-key-file guards every endpoint but /health
+KEY_GUARDED_PATHS = None
 
 
 class LlamaServerArgsError(ServingError):
@@ -66,10 +74,11 @@ KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0"
 FLAGS = OrderedDict([
     # --- managed by the role (instance fields, not settings) -------------------------------------------
     ("model", _f("--model", aliases=("-m",), help_text="GGUF path (instance field `model`)")),
-    ("alias", _f("--alias", aliases=("-a",), help_text="model name(s) served by the API")),
+    ("served_model_name", _f("--alias", "csv", aliases=("-a",),
+                             help_text="stable name(s) served by the API (instance field)")),
     ("host", _f("--host", help_text="bind address(es) (instance field `host`)")),
     ("port", _f("--port", help_text="TCP port (instance field `port`)")),
-    ("api_key_file", _f("--api-key-file", help_text="managed by the role from llama_server_api_keys")),
+    ("api_key_file", _f("--api-key-file", help_text="managed by the role from serving_api_keys")),
     # --- context and offload -------------------------------------------------------------------------
     ("ctx_size", _f("--ctx-size", aliases=("-c",))),
     ("n_gpu_layers", _f("--gpu-layers", aliases=("-ngl", "--n-gpu-layers"))),
@@ -125,7 +134,7 @@ FLAGS = OrderedDict([
 ])
 
 # Instance fields the role fills; they may not appear in `settings`.
-MANAGED_KEYS = ("model", "host", "port", "api_key_file")
+MANAGED_KEYS = ("model", "served_model_name", "host", "port", "api_key_file")
 
 # Setting keys that are not flags of their own but are folded into one (see _fold_load_mode).
 FOLDED_KEYS = ("mmap", "mlock")
@@ -237,9 +246,23 @@ def _fold_template_kwargs(settings):
     return settings
 
 
+# Settings that name something the serving layer owns.
+INSTANCE_OWNED_SETTINGS = {
+    "alias": "the instance's served_model_name (rendered as --alias)",
+    "device_ids": "set the instance's gpus (the process sees only them, through CUDA_VISIBLE_DEVICES)",
+    "device": "set the instance's gpus (the process sees only them, through CUDA_VISIBLE_DEVICES)",
+}
+
+
+def _setting_refusal(key):
+    if key in INSTANCE_OWNED_SETTINGS:
+        return "setting %s: %s" % (key, INSTANCE_OWNED_SETTINGS[key])
+    return None
+
+
 def normalize_settings(settings):
     """Validate setting keys and fold legacy ones. Returns a new dict without None values."""
-    settings = TABLE.check_setting_names(settings)
+    settings = TABLE.check_setting_names(settings, _setting_refusal)
     return without_none(_fold_template_kwargs(_fold_load_mode(settings)))
 
 
@@ -261,7 +284,7 @@ def emitted_flags():
 def _extra_arg_refusal(name):
     if name in SECRET_FLAGS:
         return ("extra_args contains %s: secrets never go on a command line (ps, the unit). Put the API key "
-                "in llama_server_api_keys (Ansible Vault / AWX credential); the role passes --api-key-file"
+                "in serving_api_keys (Ansible Vault / AWX credential); the role passes --api-key-file"
                 % name)
     if name in REMOVED_FLAGS:
         return ("extra_args contains %s, which the pinned llama-server removed; use %s"
@@ -300,15 +323,18 @@ def _follow_draft_cache_types(settings):
 
 
 def build_argv(settings, model=None, host=None, port=None, api_key_file=None, extra_args=None,
-               gpus=None):
+               gpus=None, served_model_name=None, allowed_extra_flags=()):
     """Return llama-server's argv (without the binary) for one instance.
 
     `settings` are the instance settings (already merged with role defaults). `gpus` is the instance's
     physical GPU list: a `main_gpu` setting names one of them and becomes its position (the process only
     sees its own GPUs, renumbered from 0, through CUDA_VISIBLE_DEVICES or docker --gpus).
+    `served_model_name` is rendered as --alias. `allowed_extra_flags` is vLLM's (a fork's own options):
+    llama-server's extra_args are not allow-listed, so it is not used here.
     """
     settings = normalize_settings(settings)
-    managed = {"model": model, "host": host, "port": port, "api_key_file": api_key_file}
+    managed = {"model": model, "served_model_name": served_model_name, "host": host, "port": port,
+               "api_key_file": api_key_file}
     if settings.get("main_gpu") is not None:
         settings["main_gpu"] = relative_main_gpu(settings["main_gpu"], gpus)
     _follow_draft_cache_types(settings)
@@ -335,3 +361,18 @@ def relative_main_gpu(main_gpu, gpus):
             "passes its position among the instance's GPUs to --main-gpu (gpus [2, 3] + main_gpu 2 -> "
             "--main-gpu 0)" % (main_gpu, ", ".join(str(g) for g in gpus)))
     return keys.index(wanted)
+
+
+def model_check_path(model_path):
+    """The file that must exist on the node: the GGUF itself."""
+    return model_path
+
+
+def unit_env(timeout_start_sec):
+    """Variables the unit sets for llama-server: none (its start has no timeout of its own)."""
+    return {}
+
+
+def preflight(settings, gpus, gpu_entries, running=False):
+    """llama-server's GPU checks beyond the shared ones: none (llama.cpp fits what it can). No warnings."""
+    return []

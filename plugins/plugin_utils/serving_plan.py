@@ -10,32 +10,45 @@ per engine is its flag table, a module of :data:`ENGINES` that provides
 
 * ``build_argv(settings, model=, host=, port=, api_key_file=, extra_args=, gpus=)`` and
   ``uses_mlock(settings)``;
-* ``PROGRAM`` (llama-server), ``ROLE`` (the role whose variables the messages name: llama_server),
-  ``BUILD_ROLE`` and ``BUILD_FACT`` (the role and fact that build the engine: llama_cpp, llmops_llama_cpp).
+* ``build_argv(settings, model=, host=, port=, api_key_file=, extra_args=, gpus=, served_model_name=,
+  allowed_extra_flags=)``, ``uses_mlock(settings)``, ``model_check_path(model_path)`` (the file that must
+  exist on the node), ``unit_env(timeout_start_sec)`` (variables the unit sets) and
+  ``preflight(settings, gpus, gpu_entries, running)`` (refusals raised, warnings returned);
+* ``PROGRAM`` (llama-server, vllm), ``ROLE`` (the role whose variables the messages name: serving),
+  ``BUILD_ROLE`` and ``BUILD_FACT`` (the role and fact that build the engine: llama_cpp/llmops_llama_cpp,
+  vllm/llmops_vllm), ``UNIT_PREFIX``, ``TIMEOUT_START_SEC``, ``SUBCOMMAND`` (``serve``), ``CONTAINER_ARGS``,
+  ``API_KEY_ENV`` (None: the key goes to a file) and ``OPEN_PATHS``/``KEY_GUARDED_PATHS`` (what the key
+  leaves open, None when it guards everything).
 
 Controller-only (plugin_utils), plain Python, unit-tested without Ansible by
 tests/unit/plugins/plugin_utils/test_serving_plan.py; the role reaches it through the filter
-plugins/filter/llama_server.py.
+plugins/filter/serving.py.
 """
 from __future__ import absolute_import, division, print_function
 
 import re
 
-from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags
+from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags, vllm_flags
 from ansible_collections.llmops.serving.plugins.plugin_utils.container import (
     CONTAINER_KEY_FILE,
     CONTAINER_MODEL_DIR,
 )
 from ansible_collections.llmops.serving.plugins.plugin_utils.env_files import check_env, env_file_lines
-from ansible_collections.llmops.serving.plugins.plugin_utils.gpu_assignment import claim_gpus, normalize_gpus
+from ansible_collections.llmops.serving.plugins.plugin_utils.gpu_assignment import (
+    claim_gpus,
+    gpu_entries,
+    normalize_gpus,
+)
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
 
 __metaclass__ = type
 
-# Engine name (as llmops_llama_cpp / the instance say it) -> its flag table.
-ENGINES = {"llama.cpp": llama_server_flags}
+# Engine name (as the instance's `engine` says it) -> its flag table.
+ENGINES = {"llama.cpp": llama_server_flags, "vllm": vllm_flags}
+DEFAULT_ENGINE = "llama.cpp"
 
-INSTANCE_FIELDS = ("name", "model", "gpus", "host", "port", "settings", "extra_args", "env", "mode")
+INSTANCE_FIELDS = ("name", "engine", "model", "served_model_name", "gpus", "host", "port", "settings",
+                   "extra_args", "env", "mode", "accept_exposure")
 MODES = ("host", "container")
 LOOPBACK_HOSTS = ("localhost", "::1", "ip6-localhost")
 # Variables the role computes from the gpus list; the instance's env may not set them.
@@ -115,15 +128,25 @@ def _instance_port(raw, name, ports):
     return port
 
 
-def _check_bind(name, host, has_key, flags):
-    if not has_key and not all(is_loopback(h) for h in host.split(",")):
+def _check_bind(name, host, has_key, flags, fronted_by_proxy, accept_exposure):
+    """Loopback always; anything else needs a key, and for an engine whose key leaves paths open (vLLM), a
+    fronting proxy or the instance's explicit acceptance of that exposure."""
+    if all(is_loopback(h) for h in host.split(",")):
+        return
+    if flags.OPEN_PATHS and not (fronted_by_proxy or accept_exposure is True):
+        raise ServingError(
+            "instance %s binds %s, but %s's API key guards only %s (%s stay open to anyone who can reach "
+            "the port). Bind 127.0.0.1, or set %s_fronted_by_proxy: true when the fleet's gateway fronts "
+            "it, or set accept_exposure: true on the instance to accept that exposure explicitly"
+            % (name, host, flags.PROGRAM, flags.KEY_GUARDED_PATHS, flags.OPEN_PATHS, flags.ROLE))
+    if not has_key:
         raise ServingError(
             "instance %s binds %s without an API key: anyone on the network could use it. Put its key in "
             "%s_api_keys['%s'] (Ansible Vault or an AWX credential), or bind 127.0.0.1"
             % (name, host, flags.ROLE, name))
 
 
-def _runner(name, mode, build, override, flags):
+def _runner(name, mode, build, override, flags, engine):
     """What a unit starts: the binary (host mode) or the image (container mode), from the build fact or the
     role's override. Returns the plan's binary/image/container fields."""
     field = "binary" if mode == "host" else "image"
@@ -131,10 +154,12 @@ def _runner(name, mode, build, override, flags):
     if not value:
         if mode == "host":
             raise ServingError("instance %s: no %s binary: run the %s role first (fact %s.binary) or set "
-                               "%s_binary"
-                               % (name, flags.PROGRAM, flags.BUILD_ROLE, flags.BUILD_FACT, flags.ROLE))
+                               "%s_binary['%s']"
+                               % (name, flags.PROGRAM, flags.BUILD_ROLE, flags.BUILD_FACT, flags.ROLE,
+                                  engine))
         raise ServingError("instance %s: mode container needs an image: run the %s role (fact %s.image) "
-                           "or set %s_image" % (name, flags.BUILD_ROLE, flags.BUILD_FACT, flags.ROLE))
+                           "or set %s_image['%s']"
+                           % (name, flags.BUILD_ROLE, flags.BUILD_FACT, flags.ROLE, engine))
     container = mode == "container"
     return {
         "binary": None if container else value,
@@ -144,87 +169,161 @@ def _runner(name, mode, build, override, flags):
     }
 
 
-def plan_instances(instances, defaults=None, build=None, models=None, gpus=None, api_key_names=(),
-                   key_dir="/etc/llama-server", unit_prefix="llama-server-", binary_override=None,
-                   mode_override=None, image_override=None, systemd_version=None, engine="llama.cpp"):
+def by_engine(mapping, engine, variable):
+    """The `engine` entry of a role variable keyed by engine ({llama.cpp: ..., vllm: ...}); None if unset."""
+    if mapping is None:
+        return None
+    if not isinstance(mapping, dict):
+        raise ServingError("%s must be a mapping keyed by engine (%s)"
+                           % (variable, ", ".join(sorted(ENGINES))))
+    unknown = sorted(str(k) for k in mapping if k not in ENGINES)
+    if unknown:
+        raise ServingError("%s is keyed by engine (%s); %s is not an engine"
+                           % (variable, ", ".join(sorted(ENGINES)), ", ".join(unknown)))
+    return mapping.get(engine)
+
+
+def served_name(raw, name, models_fact):
+    """The stable name clients use: the instance's served_model_name, else its model's name from
+    llmops_models, else the instance name; never a file path (clients would change when a file moves)."""
+    value = raw.get("served_model_name")
+    if not value:
+        model = raw.get("model")
+        value = model if model in (models_fact or {}) else name
+    names = list(value) if isinstance(value, (list, tuple)) else [value]
+    for item in names:
+        if not isinstance(item, str) or not item or "/" in item:
+            raise ServingError("instance %s: served_model_name %r must be a name, not a path (clients keep "
+                               "it when the file moves)" % (name, item))
+    return value
+
+
+def _instance_env(raw, name, mode, gpu_list, systemd_version, flags):
+    """The instance's own env, checked; the role's variables (GPUs, the API key) may not be set there."""
+    env = check_env(raw.get("env"), mode, systemd_version, "instance %s" % name)
+    for key in env:
+        if key in GPU_ENV and gpu_list:
+            raise ServingError("instance %s: %s comes from its gpus list; do not set it in env" % (name, key))
+        if key == flags.API_KEY_ENV:
+            raise ServingError("instance %s: %s comes from %s_api_keys['%s'] (the health check uses it "
+                               "too); do not set it in env" % (name, key, flags.ROLE, name))
+    return env
+
+
+def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None, api_key_names=(),
+                   key_dir="/etc/llama-server", unit_prefix=None, binary_override=None, mode_override=None,
+                   image_override=None, systemd_version=None, default_engine=DEFAULT_ENGINE, timeouts=None,
+                   fronted_by_proxy=False, running_units=()):
     """Resolve every instance of a host. Returns a list of dicts (no secrets in them).
 
-    `build` is the engine's build fact (llmops_llama_cpp: mode, binary or image, build_id).
-    Refuses: duplicate names/ports, GPUs shared by two instances, missing binary/image, a non-loopback bind
-    without an API key, unknown settings, removed flags, env its env file cannot carry (see check_env).
+    Per-engine arguments are mappings keyed by engine (llama.cpp, vllm): `defaults` (settings), `builds`
+    (llmops_llama_cpp, llmops_vllm: mode, binary or image, build_id/version, extra_flags), `unit_prefix`,
+    `binary_override`, `mode_override`, `image_override`, `timeouts` (TimeoutStartSec). `running_units` are
+    the units running now (a running instance holds its own GPU memory: only a warning then).
+    Refuses: duplicate names/ports, GPUs shared by two instances, missing binary/image, an exposed bind (see
+    _check_bind), unknown settings, removed flags, env its env file cannot carry (see check_env), and what an
+    engine's preflight refuses (vLLM: parallel sizes vs GPUs, memory); its warnings go to the plan.
     `env` values stay out of the plan (it is a fact): `env_names` lists the names, `env_file` is where the
     role writes them (always written, empty when there is no env, so a removed variable is removed there too).
     """
-    flags = engine_flags(engine)
     if not isinstance(instances, (list, tuple)):
-        raise ServingError("%s_instances must be a list of instance mappings" % flags.ROLE)
-    build = build or {}
+        raise ServingError("serving_instances must be a list of instance mappings")
     api_key_names = set(api_key_names or ())
+    running_units = set(running_units or ())
     names, ports, owners = set(), {}, {}
     plans = []
     for raw in instances:
         name = _instance_name(raw, names)
+        engine = str(raw.get("engine") or default_engine)
+        flags = engine_flags(engine)
+        build = by_engine(builds, engine, "the build facts") or {}
         port = _instance_port(raw, name, ports)
         host = str(raw.get("host") or "127.0.0.1")
         has_key = name in api_key_names
-        _check_bind(name, host, has_key, flags)
+        _check_bind(name, host, has_key, flags, fronted_by_proxy, raw.get("accept_exposure"))
         gpu_list = normalize_gpus(raw.get("gpus"), gpus, "instance %s" % name)
         claim_gpus(owners, gpu_list, name)
         model_path, model_sha = resolve_model(raw.get("model"), models, "instance %s" % name)
-        settings = dict(defaults or {})
+        settings = dict(by_engine(defaults, engine, "serving_default_settings") or {})
         settings.update(raw.get("settings") or {})
-        mode = mode_override or raw.get("mode") or build.get("mode") or "host"
+        mode = (by_engine(mode_override, engine, "serving_mode") or raw.get("mode") or build.get("mode")
+                or "host")
         if mode not in MODES:
             raise ServingError("instance %s: mode must be host or container, got %r" % (name, mode))
-        key_file = "%s/%s.key" % (key_dir.rstrip("/"), name) if has_key else None
+        # llama-server reads its key from a file; an engine with API_KEY_ENV (vLLM) from its 0600 env file.
+        key_file = "%s/%s.key" % (key_dir.rstrip("/"), name) if has_key and not flags.API_KEY_ENV else None
+        plan_key_env = flags.API_KEY_ENV if has_key and flags.API_KEY_ENV else None
         model_dir, model_file = model_path.rsplit("/", 1)
         argv_model = model_path if mode == "host" else "%s/%s" % (CONTAINER_MODEL_DIR, model_file)
         argv_key = key_file if mode == "host" or not key_file else CONTAINER_KEY_FILE
+        served = served_name(raw, name, models)
         argv = flags.build_argv(settings, model=argv_model, host=host, port=port, api_key_file=argv_key,
-                                extra_args=raw.get("extra_args"), gpus=gpu_list)
+                                extra_args=raw.get("extra_args"), gpus=gpu_list, served_model_name=served,
+                                allowed_extra_flags=build.get("extra_flags") or ())
+        unit = "%s%s.service" % (by_engine(unit_prefix, engine, "serving_unit_prefix") or flags.UNIT_PREFIX,
+                                 name)
+        warnings = flags.preflight(settings, gpu_list, gpu_entries(gpu_list, gpus), unit in running_units)
+        timeout = int(by_engine(timeouts, engine, "serving_timeout_start_sec") or flags.TIMEOUT_START_SEC)
         # `env` holds what the role computes (not secret, visible in the unit); the instance's own env goes to
         # its env file only.
         env = {}
         if mode == "host" and gpu_list:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_list)
-        instance_env = check_env(raw.get("env"), mode, systemd_version, "instance %s" % name)
-        for key in instance_env:
-            if key in GPU_ENV and gpu_list:
-                raise ServingError("instance %s: %s comes from its gpus list; do not set it in env"
-                                   % (name, key))
-        runner = _runner(name, mode, build, binary_override if mode == "host" else image_override, flags)
+        env.update(flags.unit_env(timeout))
+        instance_env = _instance_env(raw, name, mode, gpu_list, systemd_version, flags)
+        override = by_engine(binary_override if mode == "host" else image_override, engine,
+                             "serving_binary" if mode == "host" else "serving_image")
+        runner = _runner(name, mode, build, override, flags, engine)
         plan = dict([
             ("name", name),
-            ("unit", "%s%s.service" % (unit_prefix, name)),
+            ("engine", engine),
+            ("program", flags.PROGRAM),
+            ("unit", unit),
             ("mode", mode),
             ("host", host),
             ("port", port),
             ("url", "http://%s:%d" % (connect_host(host), port)),
             ("gpus", gpu_list),
             ("model", raw.get("model")),
+            ("served_model_name", served),
             ("model_path", model_path),
             ("model_dir", model_dir or "/"),
+            ("model_check", flags.model_check_path(model_path)),
             ("model_sha256", model_sha),
             ("key_file", key_file),
+            ("api_key_env", plan_key_env),
             ("mlock", flags.uses_mlock(settings)),
+            ("subcommand", list(flags.SUBCOMMAND)),
             ("argv", argv),
             ("env", env),
             ("env_file", "%s/%s.env" % (key_dir.rstrip("/"), name)),
-            ("env_names", list(instance_env)),
-            ("build_id", build.get("build_id")),
+            ("env_names", list(instance_env) + ([flags.API_KEY_ENV] if plan_key_env else [])),
+            ("build_id", build.get("build_id") or build.get("version")),
             ("binary", runner["binary"]),
             ("image", runner["image"]),
             ("container_entrypoint", runner["container_entrypoint"]),
-            ("container_name", "%s%s" % (unit_prefix, name) if mode == "container" else None),
+            ("container_name", unit[:-len(".service")] if mode == "container" else None),
+            ("container_args", list(flags.CONTAINER_ARGS)),
+            ("timeout_start_sec", timeout),
+            ("warnings", warnings),
         ])
         plans.append(plan)
     return plans
 
 
-def instance_env_file(instances, name, mode="host", systemd_version=None, engine="llama.cpp"):
-    """Assignments of the env file of instance `name` of `instances` (<role>_instances), as text."""
+def instance_env_file(instances, name, mode="host", systemd_version=None, api_keys=None,
+                      default_engine=DEFAULT_ENGINE):
+    """Assignments of the env file of instance `name` of `instances` (serving_instances), as text.
+
+    Secret: an engine that reads its key from the environment (vLLM: VLLM_API_KEY) gets it here, from
+    `api_keys` (serving_api_keys), and only here."""
     for raw in instances or ():
         if isinstance(raw, dict) and str(raw.get("name")) == str(name):
-            env = check_env(raw.get("env"), mode, systemd_version, "instance %s" % name)
+            flags = engine_flags(str(raw.get("engine") or default_engine))
+            env = dict(_instance_env(raw, name, mode, raw.get("gpus"), systemd_version, flags))
+            key = (api_keys or {}).get(name)
+            if flags.API_KEY_ENV and key:
+                env[flags.API_KEY_ENV] = key
+            env = check_env(env, mode, systemd_version, "instance %s" % name)
             return "".join(line + "\n" for line in env_file_lines(env, mode))
-    raise ServingError("no instance named %s in %s_instances" % (name, engine_flags(engine).ROLE))
+    raise ServingError("no instance named %s in serving_instances" % name)

@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """systemd spellings of a serving unit, for every engine: ExecStart= quoting, hardening, restart policy, all
 chosen by the node's systemd version (219 on CentOS 7 up to 25x). Tested by
-tests/unit/plugins/plugin_utils/test_systemd.py and tests/roles/test_llama_server_unit.py.
+tests/unit/plugins/plugin_utils/test_systemd.py and tests/roles/test_serving_unit.py.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -35,7 +35,7 @@ def exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
     """The ExecStart= command line of one planned instance: its binary, or `docker run` of its image."""
     if plan["mode"] == "container":
         return systemd_command(docker_run_args(plan, user=user, docker=docker, entrypoint=entrypoint))
-    return systemd_command([plan["binary"]] + list(plan["argv"]))
+    return systemd_command([plan["binary"]] + list(plan.get("subcommand") or ()) + list(plan["argv"]))
 
 
 # (directive, value, first systemd version that knows it). NEVER PrivateDevices / DevicePolicy=closed:
@@ -81,15 +81,19 @@ def hardening(systemd_version, read_paths=(), mode="host"):
     return list(chosen.items())
 
 
-def restart_policy(systemd_version, restart_sec=10, interval=600, burst=5, max_delay=300):
+def restart_policy(systemd_version, restart_sec=10, interval=600, burst=5, max_delay=300,
+                   restart="on-failure"):
     """Bounded restart backoff, spelled for the node's systemd. Returns {"unit": [...], "service": [...]}.
+
+    `restart`: the role's per-engine choice (llama.cpp: on-failure; vLLM: always, as the seed's production
+    unit).
 
     systemd < 230 (CentOS 7: 219) only knows StartLimitInterval/StartLimitBurst in [Service]; newer ones
     want StartLimitIntervalSec/StartLimitBurst in [Unit]. systemd >= 254 also grows RestartSec
     exponentially up to RestartMaxDelaySec.
     """
     version = int(systemd_version or 0)
-    unit, service = [], [("Restart", "on-failure"), ("RestartSec", str(restart_sec))]
+    unit, service = [], [("Restart", restart), ("RestartSec", str(restart_sec))]
     if version >= 230:
         unit += [("StartLimitIntervalSec", str(interval)), ("StartLimitBurst", str(burst))]
     else:

@@ -42,7 +42,29 @@ PINNED_VLLM = {
     "version": "0.33.0",
     "wheel": "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl",
 }
+# What the engine-neutral planner (serving_plan.py) needs to know of this engine (see its docstring).
 PROGRAM = "vllm"
+ROLE = "serving"
+BUILD_ROLE = "vllm"
+BUILD_FACT = "llmops_vllm"
+UNIT_PREFIX = "vllm-"
+# Loading, torch.compile and CUDA graph capture of a 27B model on two GPUs take many minutes.
+TIMEOUT_START_SEC = 1800
+# Host mode runs `<llmops_vllm.binary> serve ...`; the official vllm-openai image's entrypoint is
+# `vllm serve` already.
+SUBCOMMAND = ("serve",)
+# Tensor-parallel workers share tensors through /dev/shm: the container needs the host's IPC namespace.
+CONTAINER_ARGS = ("--ipc", "host")
+# vLLM reads its key from the environment (0600 env file), and guards only these paths with it.
+API_KEY_ENV = "VLLM_API_KEY"
+KEY_GUARDED_PATHS = "/v1, /v2 and /inference"
+OPEN_PATHS = "/metrics, /invocations, /pause, /update_weights and the other paths"
+# vLLM's own wait for its engine core (vllm/envs.py of the pinned wheel, default 600 s): the unit sets it to
+# TimeoutStartSec so a long CUDA graph capture is not cut short by vLLM before systemd gives up.
+READY_TIMEOUT_ENV = "VLLM_ENGINE_READY_TIMEOUT_S"
+# vLLM's default --gpu-memory-utilization, and the first compute capability with FP8 tensor cores (Ada).
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+FP8_NATIVE_COMPUTE_CAP = (8, 9)
 
 
 class VllmArgsError(ServingError):
@@ -86,8 +108,6 @@ FLAGS = OrderedDict([
     # --- ParallelConfig ------------------------------------------------------------------------------
     ("distributed_executor_backend", _f("--distributed-executor-backend")),
     ("pipeline_parallel_size", _f("--pipeline-parallel-size")),
-    ("device_ids", _f("--device-ids", "csv",
-                      help_text="physical GPU ids instead of CUDA_VISIBLE_DEVICES (no effect with Ray)")),
     ("tensor_parallel_size", _f("--tensor-parallel-size")),
     ("data_parallel_size", _f("--data-parallel-size")),
     ("enable_expert_parallel", _f("--enable-expert-parallel", "bool")),
@@ -187,6 +207,10 @@ DEPRECATED_FLAGS = {
     "--model": "the positional model argument of `vllm serve` (instance field `model`)",
 }
 # Never on a command line: visible in ps, /proc and the unit. The key comes from VLLM_API_KEY (0600 env file).
+# Options the serving layer owns through an instance field.
+INSTANCE_OWNED_FLAGS = {
+    "--device-ids": "set the instance's gpus (the process sees only them, through CUDA_VISIBLE_DEVICES)",
+}
 SECRET_FLAGS = {
     "--api-key": "the API key goes to VLLM_API_KEY in the instance's 0600 environment file (Vault/AWX)",
     "--hf-token": "the hub token goes to HF_TOKEN in the instance's 0600 environment file",
@@ -331,6 +355,8 @@ def _setting_refusal(key):
     if key == "api_key":
         return "setting api_key: %s" % SECRET_FLAGS["--api-key"]
     flag = "--" + str(key).replace("_", "-")
+    if flag in INSTANCE_OWNED_FLAGS:
+        return "setting %s: %s" % (key, INSTANCE_OWNED_FLAGS[flag])
     if flag in RENAMED_FLAGS or flag in REMOVED_FLAGS or flag in DEPRECATED_FLAGS:
         return ("setting %s is not an option of vLLM %s; use %s"
                 % (key, PINNED_VLLM["version"], _replacement(flag)))
@@ -381,6 +407,8 @@ def _extra_arg_refusal(name, allowed):
     if name in SECRET_FLAGS:
         return "extra_args contains %s: secrets never go on a command line (ps, the unit); %s" % (
             name, SECRET_FLAGS[name])
+    if name in INSTANCE_OWNED_FLAGS:
+        return "extra_args contains %s: %s" % (name, INSTANCE_OWNED_FLAGS[name])
     if name in allowed:
         return None
     if name in RENAMED_FLAGS or name in REMOVED_FLAGS or name in DEPRECATED_FLAGS:
@@ -390,7 +418,8 @@ def _extra_arg_refusal(name, allowed):
     if managed or name in PINNED_VLLM_OPTIONS:
         return managed
     return ("extra_args contains %s, which is not an option of vLLM %s. If your build (a fork) has it, "
-            "name it in the allowed extra flags (vllm_extra_flags)" % (name, PINNED_VLLM["version"]))
+            "name it in the allowed extra flags (llmops_vllm.extra_flags, from role vllm)"
+            % (name, PINNED_VLLM["version"]))
 
 
 def check_extra_args(extra_args, allowed_extra_flags=()):
@@ -404,12 +433,18 @@ def check_extra_args(extra_args, allowed_extra_flags=()):
     return TABLE.check_extra_args(extra_args, "--enforce-eager", refusal, option_name=_option_or_none)
 
 
-def build_argv(settings, model, host, port, served_model_name, extra_args=None, allowed_extra_flags=()):
+def build_argv(settings, model=None, host=None, port=None, api_key_file=None, extra_args=None, gpus=None,
+               served_model_name=None, allowed_extra_flags=()):
     """Return the arguments after ``vllm serve`` for one instance: the model, then the options.
 
     `host` is always rendered (vLLM binds every interface without it); `port` and `served_model_name` (a
-    name or a list of names, never a file path) come from the instance.
+    name or a list of names, never a file path) come from the instance. `gpus` are the instance's (vLLM
+    sees them through CUDA_VISIBLE_DEVICES or docker --gpus; nothing on the command line). There is no key
+    file: vLLM reads VLLM_API_KEY from the instance's 0600 environment file.
     """
+    if api_key_file:
+        raise VllmArgsError("vLLM has no key file option: the key goes to VLLM_API_KEY in the instance's "
+                            "env file")
     if not model:
         raise VllmArgsError("the instance has no model (path or hub id)")
     if not host:
@@ -421,3 +456,87 @@ def build_argv(settings, model, host, port, served_model_name, extra_args=None, 
     settings = normalize_settings(settings)
     managed = {"host": host, "port": int(port), "served_model_name": served_model_name}
     return [str(model)] + TABLE.argv(settings, managed) + check_extra_args(extra_args, allowed_extra_flags)
+
+
+def model_check_path(model_path):
+    """The file that must exist on the node: a model directory's config.json (safetensors checkpoint)."""
+    return model_path.rstrip("/") + "/config.json"
+
+
+def unit_env(timeout_start_sec):
+    """Variables the unit sets (not secret): vLLM's own ready timeout, as long as systemd's."""
+    return {READY_TIMEOUT_ENV: str(int(timeout_start_sec))}
+
+
+def _compute_cap(entry):
+    try:
+        return tuple(int(part) for part in str(entry.get("compute_cap")).split(".")[:2])
+    except ValueError:
+        return None
+
+
+def _parallel_size(settings, key):
+    value = settings.get(key)
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not (is_number(value) or str(value).isdigit()) or int(value) < 1:
+        raise VllmArgsError("setting %s must be a positive number, got %r" % (key, value))
+    return int(value)
+
+
+def _memory_findings(settings, gpu_entries, running):
+    """gpu_memory_utilization x total memory against each GPU's free memory -> (refusals, warnings)."""
+    utilization = settings.get("gpu_memory_utilization")
+    utilization = DEFAULT_GPU_MEMORY_UTILIZATION if utilization is None else float(utilization)
+    refusals, warnings = [], []
+    for gpu in gpu_entries:
+        total, free = gpu.get("memory_total_mib"), gpu.get("memory_free_mib")
+        if total is None or free is None:
+            continue
+        wanted = int(utilization * total)
+        if wanted <= free:
+            continue
+        text = ("GPU %s: gpu_memory_utilization %s x %d MiB = %d MiB, but only %d MiB are free"
+                % (gpu.get("index"), utilization, total, wanted, free))
+        (warnings if running else refusals).append(text)
+    return refusals, warnings
+
+
+def _fp8_warning(settings, gpu_entries):
+    """FP8 weights or KV cache on GPUs without FP8 tensor cores (below sm_89): a warning, or None."""
+    fp8 = [key for key in ("quantization", "kv_cache_dtype")
+           if str(settings.get(key) or "").startswith("fp8")]
+    old = [e for e in gpu_entries if _compute_cap(e) and _compute_cap(e) < FP8_NATIVE_COMPUTE_CAP]
+    if not (fp8 and old):
+        return None
+    return ("%s FP8 on GPU(s) %s (compute capability %s, below 8.9): no FP8 tensor cores, so FP8 is "
+            "weight-only/emulated there (dequantized to FP16): it saves memory (seed 003 on 2080 Ti: FP8 KV "
+            "cache +79.5%% tokens) but does not make decoding faster"
+            % ("/".join(fp8), ", ".join(str(e.get("index")) for e in old),
+               ", ".join(sorted(set(str(e.get("compute_cap")) for e in old)))))
+
+
+def preflight(settings, gpus, gpu_entries, running=False):
+    """Check the instance's settings against its GPUs (llmops_gpus entries). Raises what vLLM would fail
+    on; returns warnings (FP8 emulated below sm_89; memory held by the instance's own running process)."""
+    parallel = (_parallel_size(settings, "tensor_parallel_size")
+                * _parallel_size(settings, "pipeline_parallel_size"))
+    if gpus and parallel != len(gpus):
+        raise VllmArgsError(
+            "tensor_parallel_size x pipeline_parallel_size = %d, but the instance has %d GPU(s) (%s): they "
+            "must be equal" % (parallel, len(gpus), ", ".join(str(g) for g in gpus)))
+    if not gpus and parallel > 1:
+        raise VllmArgsError("tensor_parallel_size x pipeline_parallel_size = %d needs that many GPUs: set "
+                            "the instance's gpus" % parallel)
+    fp8 = _fp8_warning(settings, gpu_entries)
+    warnings = [fp8] if fp8 else []
+    refusals, memory_warnings = _memory_findings(settings, gpu_entries, running)
+    if refusals:
+        raise VllmArgsError("%s. Lower gpu_memory_utilization or free the GPU(s)" % "; ".join(refusals))
+    return warnings + ["%s (the instance's own running process holds that memory now)" % w
+                       for w in memory_warnings]
+
+
+def uses_mlock(settings):
+    """vLLM does not lock its weights in RAM: no LimitMEMLOCK."""
+    return False

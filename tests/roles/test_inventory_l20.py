@@ -12,7 +12,7 @@ import pytest
 import yaml
 from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags as lsf
 
-from tests.roles.test_llama_server_unit import (
+from tests.roles.test_serving_unit import (
     ROOT,
     directive,
     exec_start_argv,
@@ -76,7 +76,7 @@ def l20_vars(**overrides):
     variables.update(yaml.safe_load(open(os.path.join(INVENTORY, "group_vars", "l20", "main.yml"))))
     variables.update(yaml.safe_load(open(os.path.join(INVENTORY, "host_vars", "l20-node-01.yml"))))
     variables.update({
-        "vault_llama_server_api_keys": {"qwen36-27b": TEST_KEY},
+        "vault_serving_api_keys": {"qwen36-27b": TEST_KEY},
         "llmops_gpus": L20_GPUS,
         "llmops_models": {"qwen3.6-27b-ud-q5_k_xl": {"path": MODEL_PATH, "sha256": "0f" * 32}},
         "llmops_llama_cpp": {"mode": "container", "image": "llmops/llama.cpp:0c1e570-cuda89",
@@ -101,6 +101,8 @@ GENERATED_EXTRAS = {
     "--spec-draft-type-k": "q8_0",   # the MTP draft cache follows the main q8_0 cache (pinned default: f16)
     "--spec-draft-type-v": "q8_0",
     "--metrics": None,               # role default: Prometheus endpoint for validate/gateway
+    # the stable served name (the model's name in llmops_models), not the GGUF file name: clients keep it
+    "--alias": "qwen3.6-27b-ud-q5_k_xl",
 }
 
 
@@ -149,7 +151,7 @@ def test_every_seed_setting_has_a_variable():
     group = yaml.safe_load(open(os.path.join(INVENTORY, "group_vars", "l20", "main.yml")))
     settings = group["l20_qwen_settings"]
     instance_fields = {"--model": "model", "--host": "l20_qwen_host", "--port": "l20_qwen_port",
-                       "--api-key": "vault_llama_server_api_keys"}
+                       "--api-key": "vault_serving_api_keys"}
     folded = {"--no-mmap": "mmap", "--mlock": "mlock", "--draft-p-min": "spec_draft_p_min"}
     for flag, _ in seed_flags():
         flag = flag if flag in folded else canonical(flag)
@@ -162,7 +164,7 @@ def test_every_seed_setting_has_a_variable():
 
 
 def test_l20_host_mode_maps_gpus_2_3_and_main_gpu_0():
-    variables = l20_vars(llama_server_mode="host", llmops_llama_cpp={
+    variables = l20_vars(serving_mode={"llama.cpp": "host"}, llmops_llama_cpp={
         "mode": "host", "binary": "/opt/llama.cpp/builds/b7/bin/llama-server", "build_id": "b7"})
     text = render_unit(variables)
     assert '"CUDA_VISIBLE_DEVICES=2,3"' in directive(text, "Service", "Environment")
@@ -180,15 +182,15 @@ def test_l20_key_only_in_vault_never_in_unit_or_plan():
     variables = l20_vars()
     text = render_unit(variables)
     assert TEST_KEY not in text
-    assert TEST_KEY not in json.dumps(variables["_llama_server_plan"])
-    assert variables["_llama_server_plan"][0]["key_file"] == "/etc/llama-server/qwen36-27b.key"
+    assert TEST_KEY not in json.dumps(variables["_serving_plan"])
+    assert variables["_serving_plan"][0]["key_file"] == "/etc/llama-server/qwen36-27b.key"
 
 
 def test_l20_without_vault_refuses_open_bind():
     from ansible.errors import AnsibleError
 
     with pytest.raises(AnsibleError, match=r"binds 0\.0\.0\.0 without an API key"):
-        l20_vars(vault_llama_server_api_keys={})
+        l20_vars(vault_serving_api_keys={})
 
 
 def test_no_real_key_committed_in_inventory():
@@ -210,4 +212,4 @@ def test_l20_inventory_describes_host_and_model_source():
     assert model["repo"] == "unsloth/Qwen3.6-27B-MTP-GGUF"
     assert model["filename"] == "Qwen3.6-27B-UD-Q5_K_XL.gguf"
     assert group["l20_models_dir"] == "/home/models/qwen3-27b-mtp-gguf"
-    assert group["llama_server_instances"][0]["model"] == model["name"]
+    assert group["serving_instances"][0]["model"] == model["name"]

@@ -148,7 +148,8 @@ def test_the_pinned_option_set_accepts_the_flag_tables_output(tmp_path):
         options = vllm_cli.options_file()
     except vllm_cli.WheelUnavailable as exc:
         pytest.skip("the pinned vLLM wheel cannot be obtained here (%s); CI fetches it" % exc)
-    argv = build_argv(SEED_SETTINGS, SEED_MODEL, "127.0.0.1", 1, "qwen-local")
+    argv = build_argv(SEED_SETTINGS, model=SEED_MODEL, host="127.0.0.1", port=1,
+                      served_model_name="qwen-local")
     env = fake_env(tmp_path / "record.json", options=options)
     env["FAKE_VLLM_FAIL_START"] = "7"       # parse and record, then stop instead of serving
     result = subprocess.run(["vllm", "serve"] + argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -25,8 +25,11 @@ def pairs(argv):
     return out
 
 
-def plan(instances, **kw):
-    """plan_instances for llama.cpp with this file's build, models (and GPUs when given)."""
-    kw.setdefault("build", HOST_CPP)
+def plan(instances, build=HOST_CPP, binary_override=None, vllm=None, **kw):
+    """plan_instances with this file's llama.cpp build (or `build`), vLLM build `vllm`, models (and GPUs when
+    given); `binary_override` is llama.cpp's."""
+    kw.setdefault("builds", {"llama.cpp": build, "vllm": vllm or {}})
     kw.setdefault("models", MODELS)
+    if binary_override:
+        kw["binary_override"] = {"llama.cpp": binary_override}
     return serving_plan.plan_instances(instances, **kw)

@@ -47,7 +47,7 @@ def test_gpus_checked_against_llmops_gpus_and_never_shared():
 def test_open_bind_without_key_is_refused_with_instructions():
     inst = [{"name": "q", "model": "tiny", "host": "0.0.0.0", "port": 8003}]
     with pytest.raises(ServingError, match=r"binds 0\.0\.0\.0 without an API key.*"
-                                                   r"llama_server_api_keys\['q'\]"):
+                                                   r"serving_api_keys\['q'\]"):
         plan(inst)
     with pytest.raises(ServingError, match="without an API key"):
         plan([dict(inst[0], host="127.0.0.1,10.0.0.5")])
@@ -125,22 +125,27 @@ def test_env_is_checked_and_only_its_names_are_in_the_plan():
 
 def test_engine_comes_from_the_registry():
     assert serving_plan.engine_flags("llama.cpp").PROGRAM == "llama-server"
-    with pytest.raises(ServingError, match="unknown engine 'vllm'; known engines: llama.cpp"):
-        plan([{"name": "a", "model": "tiny", "port": 1}], engine="vllm")
-    with pytest.raises(ServingError, match="no instance named b in llama_server_instances"):
-        serving_plan.instance_env_file([{"name": "a"}], "b", engine="llama.cpp")
+    assert serving_plan.engine_flags("vllm").PROGRAM == "vllm"
+    with pytest.raises(ServingError, match="unknown engine 'sglang'; known engines: llama.cpp, vllm"):
+        plan([{"name": "a", "engine": "sglang", "model": "tiny", "port": 1}])
+    with pytest.raises(ServingError, match="unknown engine 'tgi'"):
+        plan([{"name": "a", "model": "tiny", "port": 1}], default_engine="tgi")
+    with pytest.raises(ServingError, match="no instance named b in serving_instances"):
+        serving_plan.instance_env_file([{"name": "a"}], "b")
+    with pytest.raises(ServingError, match="serving_default_settings is keyed by engine"):
+        plan([{"name": "a", "model": "tiny", "port": 1}], defaults={"n_gpu_layers": 999})
 
 
 def test_the_filter_wraps_the_planner_and_keeps_its_names():
     from ansible.errors import AnsibleFilterError
-    from ansible_collections.llmops.serving.plugins.filter.llama_server import FilterModule
+    from ansible_collections.llmops.serving.plugins.filter.serving import FilterModule
 
     filters = FilterModule().filters()
     instances = [{"name": "q", "model": "tiny", "gpus": [2], "port": 8003}]
-    from_filter = filters["llama_server_plan"](instances, llama_cpp=HOST_CPP, models=MODELS, gpus=GPUS)
+    from_filter = filters["serving_plan"](instances, builds={"llama.cpp": HOST_CPP}, models=MODELS, gpus=GPUS)
     assert from_filter == plan(instances, gpus=GPUS)
-    assert filters["llama_server_exec_start"](from_filter[0]).startswith(HOST_CPP["binary"] + " --model ")
-    with pytest.raises(AnsibleFilterError, match="llama_server: instance name q is used twice"):
-        filters["llama_server_plan"](instances * 2, llama_cpp=HOST_CPP, models=MODELS)
-    with pytest.raises(AnsibleFilterError, match="llama_server: unknown llama-server setting"):
-        filters["llama_server_argv"]({"ctx": 1})
+    assert filters["serving_exec_start"](from_filter[0]).startswith(HOST_CPP["binary"] + " --model ")
+    with pytest.raises(AnsibleFilterError, match="serving: instance name q is used twice"):
+        filters["serving_plan"](instances * 2, builds={"llama.cpp": HOST_CPP}, models=MODELS)
+    with pytest.raises(AnsibleFilterError, match="serving: unknown llama-server setting"):
+        filters["serving_argv"]({"ctx": 1})

@@ -14,11 +14,11 @@ SEED_UNIT = os.path.join(FIXTURES, "seeds", "003_vllm_unit.service")
 JSON_FLAGS = ("--reasoning-config", "--default-chat-template-kwargs", "--additional-config",
               "--speculative-config", "--compilation-config", "--override-generation-config")
 
-# The seed 003 unit (vLLM 0.24 fork) as instance settings. --device-ids is an option of 0.33.0 as well.
+# The seed 003 unit (vLLM 0.24 fork) as instance settings. --device-ids is an option of 0.33.0 as well, but
+# the serving layer owns the GPUs: the instance's gpus [0, 1] become CUDA_VISIBLE_DEVICES instead.
 SEED_SETTINGS = {
     "dtype": "half",
     "tensor_parallel_size": 2,
-    "device_ids": [0, 1],
     "quantization": "fp8",
     "kv_cache_dtype": "fp8_e4m3",
     "max_model_len": 100000,
@@ -46,6 +46,13 @@ SEED_SETTINGS = {
     "disable_uvicorn_access_log": True,
 }
 SEED_MODEL = "/home/zyyuc/models/Qwen3.6-27B-DSV4Pro-Thinking-FP8"
+
+
+def argv_for(settings, **kwargs):
+    """build_argv with a plain instance (model m on 127.0.0.1:8000, served as m) unless `kwargs` say."""
+    for key, value in (("model", "m"), ("host", "127.0.0.1"), ("port", 8000), ("served_model_name", "m")):
+        kwargs.setdefault(key, value)
+    return build_argv(settings, **kwargs)
 
 
 def seed_exec_start():
@@ -128,48 +135,56 @@ def test_refused_old_options_are_gone_from_the_pinned_vllm(pinned_options):
 def test_seed_unit_renders_option_by_option():
     seed = seed_exec_start()
     seed_options = options_of(seed[seed.index("vllm.entrypoints.openai.api_server") + 1:])
-    argv = build_argv(SEED_SETTINGS, SEED_MODEL, "0.0.0.0", 8000, "qwen-local")
+    argv = argv_for(SEED_SETTINGS, model=SEED_MODEL, host="0.0.0.0", served_model_name="qwen-local")
     ours = dict((f, comparable(f, v)) for f, v in options_of(argv))
     assert ours.pop("<model>") == [SEED_MODEL]
     theirs = dict((f, comparable(f, v)) for f, v in seed_options)
     assert theirs.pop("--model") == [SEED_MODEL]          # the positional of `vllm serve` now
+    assert theirs.pop("--device-ids") == ["0,1"]          # the instance's gpus -> CUDA_VISIBLE_DEVICES
     assert ours == theirs
 
 
+def test_device_ids_are_the_instances_gpus():
+    with pytest.raises(VllmArgsError, match="set the instance's gpus"):
+        argv_for({"device_ids": [0, 1]})
+    with pytest.raises(VllmArgsError, match="set the instance's gpus"):
+        vllm_flags.check_extra_args(["--device-ids", "0,1"])
+    with pytest.raises(VllmArgsError, match="VLLM_API_KEY"):
+        argv_for({}, api_key_file="/k")
+
+
 def test_json_options_are_compact_sorted_json():
-    argv = build_argv({"speculative_config": {"num_speculative_tokens": 3, "method": "mtp"}}, "m",
-                      "127.0.0.1", 8000, "m")
+    argv = argv_for({"speculative_config": {"num_speculative_tokens": 3, "method": "mtp"}})
     assert argv[argv.index("--speculative-config") + 1] == '{"method":"mtp","num_speculative_tokens":3}'
     with pytest.raises(VllmArgsError, match="YAML mapping"):
-        build_argv({"compilation_config": '{"cudagraph_mode": "PIECEWISE"}'}, "m", "127.0.0.1", 8000, "m")
+        argv_for({"compilation_config": '{"cudagraph_mode": "PIECEWISE"}'})
 
 
 def test_booleans_render_the_flag_or_its_negative():
-    argv = build_argv({"async_scheduling": False, "enable_prefix_caching": True, "disable_log_stats": False},
-                      "m", "127.0.0.1", 8000, "m")
+    argv = argv_for({"async_scheduling": False, "enable_prefix_caching": True, "disable_log_stats": False})
     assert "--no-async-scheduling" in argv and "--enable-prefix-caching" in argv
     assert "--disable-log-stats" not in argv
     with pytest.raises(VllmArgsError, match="true or false"):
-        build_argv({"trust_remote_code": "yes"}, "m", "127.0.0.1", 8000, "m")
+        argv_for({"trust_remote_code": "yes"})
 
 
 def test_host_port_and_names_come_from_the_instance():
-    argv = build_argv({}, "/models/q", "127.0.0.1", 8001, ["qwen", "qwen-alias"])
+    argv = argv_for({}, model="/models/q", port=8001, served_model_name=["qwen", "qwen-alias"])
     assert argv == ["/models/q", "--host", "127.0.0.1", "--port", "8001",
                     "--served-model-name", "qwen", "qwen-alias"]
     for key in ("host", "port", "served_model_name"):
         with pytest.raises(VllmArgsError, match="instance field"):
-            build_argv({key: "x"}, "m", "127.0.0.1", 8000, "m")
+            argv_for({key: "x"})
     with pytest.raises(VllmArgsError, match="bind every interface"):
-        build_argv({}, "m", "", 8000, "m")
+        argv_for({}, host="")
 
 
 @pytest.mark.parametrize("extra", [["--api-key", "sk-1"], ["--api-key=sk-1"], ["--hf-token", "hf_x"]])
 def test_secrets_are_refused(extra):
     with pytest.raises(VllmArgsError, match="never go on a command line"):
-        build_argv({}, "m", "127.0.0.1", 8000, "m", extra_args=extra)
+        argv_for({}, extra_args=extra)
     with pytest.raises(VllmArgsError, match="VLLM_API_KEY"):
-        build_argv({"api_key": "sk-1"}, "m", "127.0.0.1", 8000, "m")
+        argv_for({"api_key": "sk-1"})
 
 
 @pytest.mark.parametrize("flag,hint", [
@@ -186,7 +201,7 @@ def test_old_options_are_refused_with_the_replacement(flag, hint):
 
 def test_settings_named_after_old_options_get_the_replacement():
     with pytest.raises(VllmArgsError, match="max-cudagraph-capture-size"):
-        build_argv({"max_seq_len_to_capture": 4}, "m", "127.0.0.1", 8000, "m")
+        argv_for({"max_seq_len_to_capture": 4})
 
 
 def test_extra_args_of_the_pinned_vllm_pass_and_managed_ones_are_refused():
@@ -199,7 +214,7 @@ def test_extra_args_of_the_pinned_vllm_pass_and_managed_ones_are_refused():
 
 
 def test_a_forks_own_flags_need_the_allow_list():
-    with pytest.raises(VllmArgsError, match="vllm_extra_flags"):
+    with pytest.raises(VllmArgsError, match="llmops_vllm.extra_flags"):
         vllm_flags.check_extra_args(["--flashqla-mode", "legacy"])
     extra = ["--flashqla-mode", "legacy"]
     assert vllm_flags.check_extra_args(extra, allowed_extra_flags=["--flashqla-mode"]) == extra

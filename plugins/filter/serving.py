@@ -1,0 +1,132 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filters that expose the serving layer (plugins/plugin_utils/) to the serving role's tasks and templates.
+
+A thin wrapper: the planner is plugins/plugin_utils/serving_plan.py (engine registry: llama.cpp, vllm), the
+engines' flag tables (where the command lines are built) llama_server_flags.py and vllm_flags.py, the unit's
+spellings systemd.py and container.py.
+
+    {{ serving_instances | llmops.serving.serving_plan(defaults=..., builds={'vllm': llmops_vllm, ...}) }}
+    {{ plan | llmops.serving.serving_exec_start(user='llama') }}           -> ExecStart= value
+    {{ serving_instances | llmops.serving.serving_env_file('qwen', mode='host', api_keys=...) }} -> env file
+    {{ settings | llmops.serving.serving_argv(engine='llama.cpp', model='/m.gguf', port=8003) }}
+    {{ systemd_version | llmops.serving.serving_hardening(read_paths=[...]) }}
+    {{ systemd_version | llmops.serving.serving_restart_policy(restart_sec=10, restart='always') }}
+    {{ query('ansible.builtin.varnames', '^llama_server_') | llmops.serving.serving_renamed_variables }}
+    {{ 'systemd 219 (219)' | llmops.serving.systemd_version }}
+"""
+from __future__ import absolute_import, division, print_function
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.llmops.serving.plugins.plugin_utils import serving_plan, systemd
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
+
+__metaclass__ = type
+
+# Variables of the former role llama_server whose value is now keyed by engine ({llama.cpp: old value}).
+PER_ENGINE_VARIABLES = ("default_settings", "unit_prefix", "binary", "mode", "image", "container_entrypoint",
+                        "timeout_start_sec", "health_timeout")
+
+
+def _wrap(func):
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except ServingError as exc:
+            raise AnsibleFilterError("serving: %s" % exc) from None
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return wrapper
+
+
+def serving_plan_filter(instances, builds=None, **kwargs):
+    """Resolve serving_instances into per-instance plans (engine, argv, env, unit, url, key/env files)."""
+    return [dict(p) for p in serving_plan.plan_instances(instances, builds=builds, **kwargs)]
+
+
+def serving_argv(settings, engine=serving_plan.DEFAULT_ENGINE, **kwargs):
+    return serving_plan.engine_flags(engine).build_argv(settings, **kwargs)
+
+
+def serving_exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
+    """The ExecStart= command line of one planned instance (systemd quoting)."""
+    return systemd.exec_start(plan, user=user, docker=docker, entrypoint=entrypoint)
+
+
+def serving_env_file(instances, name, mode="host", systemd_version=None, api_keys=None,
+                     default_engine=serving_plan.DEFAULT_ENGINE):
+    """The assignments of instance `name`'s env file: systemd EnvironmentFile= (host) or docker --env-file
+    (container) syntax; a vLLM instance's VLLM_API_KEY from `api_keys`. Secret: only for the no_log task that
+    writes the 0600 file."""
+    return serving_plan.instance_env_file(instances, name, mode=mode, systemd_version=systemd_version,
+                                          api_keys=api_keys, default_engine=default_engine)
+
+
+def serving_hardening(systemd_version, read_paths=(), mode="host"):
+    return [list(item) for item in systemd.hardening(systemd_version, read_paths=read_paths, mode=mode)]
+
+
+def serving_restart_policy(systemd_version, **kwargs):
+    policy = systemd.restart_policy(systemd_version, **kwargs)
+    return {"unit": [list(i) for i in policy["unit"]], "service": [list(i) for i in policy["service"]]}
+
+
+def serving_instance_fact(plan):
+    """One entry of the llmops_instances fact (no secrets: the key is passed by file path or env file)."""
+    return {
+        "url": plan["url"],
+        "engine": plan["engine"],
+        "served_model_name": plan["served_model_name"],
+        "key_file": plan["key_file"],
+        "api_key_env": plan["api_key_env"],
+        "env_file": plan["env_file"],
+        "unit": plan["unit"],
+        "port": plan["port"],
+        "host": plan["host"],
+        "gpus": list(plan["gpus"]),
+        "model": plan["model"],
+        "model_path": plan["model_path"],
+        "mode": plan["mode"],
+    }
+
+
+def serving_renamed_variables(names):
+    """Variables of the former role llama_server still set by the play -> 'old -> new' lines."""
+    out = []
+    for old in sorted(names or ()):
+        suffix = old[len("llama_server_"):] if old.startswith("llama_server_") else old
+        new = "serving_%s" % suffix
+        if suffix in PER_ENGINE_VARIABLES:
+            new += " (now keyed by engine: {llama.cpp: <old value>})"
+        elif suffix == "instances":
+            new += " (each instance may set engine: llama.cpp | vllm; default serving_default_engine)"
+        out.append("%s -> %s" % (old, new))
+    return out
+
+
+def systemd_version(text):
+    return systemd.parse_systemd_version(text)
+
+
+def systemd_quote(arg):
+    return systemd.systemd_quote(arg)
+
+
+class FilterModule(object):
+    """Serving units of both engines (llama-server, vLLM): plans, command lines and systemd spellings."""
+
+    def filters(self):
+        return {
+            "serving_plan": _wrap(serving_plan_filter),
+            "serving_argv": _wrap(serving_argv),
+            "serving_exec_start": _wrap(serving_exec_start),
+            "serving_env_file": _wrap(serving_env_file),
+            "serving_hardening": _wrap(serving_hardening),
+            "serving_restart_policy": _wrap(serving_restart_policy),
+            "serving_instance_fact": _wrap(serving_instance_fact),
+            "serving_renamed_variables": _wrap(serving_renamed_variables),
+            "systemd_version": _wrap(systemd_version),
+            "systemd_quote": _wrap(systemd_quote),
+        }

@@ -1,0 +1,153 @@
+"""roles/serving/files/serving-wait.py: health and model-list wait that fails fast when the unit died.
+
+A local HTTP server plays llama-server (503 while loading, then 200); fake `systemctl`/`journalctl` scripts
+on PATH play systemd (their answers come from files the test writes).
+"""
+import http.server
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.helpers import ROOT  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "roles", "serving", "files", "serving-wait.py")
+
+FAKE_SYSTEMCTL = """#!/bin/sh
+# fake systemctl: `show -p ... UNIT` prints the state file
+cat "$FAKE_STATE"
+"""
+FAKE_JOURNALCTL = """#!/bin/sh
+echo "journalctl $*"
+echo "llama-server-t[42]: error: invalid argument: --no-such-option"
+"""
+
+
+class Loading(http.server.BaseHTTPRequestHandler):
+    ready_after = 0.0
+    started = 0.0
+
+    def do_GET(self):  # noqa: N802 (http.server API)
+        ready = time.time() - self.started >= self.ready_after
+        self.send_response(200 if ready else 503)
+        self.end_headers()
+        self.wfile.write(b'{"status":"ok"}' if ready else b'{"error":{"message":"Loading model"}}')
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_systemd(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("systemctl", FAKE_SYSTEMCTL), ("journalctl", FAKE_JOURNALCTL)):
+        path = bin_dir / name
+        path.write_text(text)
+        path.chmod(0o755)
+    state = tmp_path / "state"
+    state.write_text("ActiveState=active\nSubState=running\nResult=success\nExecMainStatus=0\n")
+    env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]), FAKE_STATE=str(state))
+    return env, state
+
+
+@pytest.fixture
+def server():
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Loading)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+
+
+def run(env, url, timeout=10):
+    start = time.time()
+    proc = subprocess.run([sys.executable, SCRIPT, "--url", url, "--unit", "llama-server-t.service",
+                           "--timeout", str(timeout), "--interval", "0.1"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                          timeout=60, check=False)
+    return proc.returncode, proc.stdout, time.time() - start
+
+
+def test_waits_through_503_until_200(fake_systemd, server):
+    env, _ = fake_systemd
+    Loading.started, Loading.ready_after = time.time(), 0.8
+    rc, out, took = run(env, "http://127.0.0.1:%d" % server.server_port)
+    assert rc == 0, out
+    assert "healthy after" in out
+    assert took >= 0.7
+
+
+def test_fails_fast_with_journal_when_the_process_exited(fake_systemd, server):
+    env, state = fake_systemd
+    state.write_text("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=1\n")
+    Loading.started, Loading.ready_after = time.time(), 3600
+    rc, out, took = run(env, "http://127.0.0.1:%d" % server.server_port, timeout=30)
+    assert rc == 1
+    assert took < 10, "should not wait out the timeout when the unit died"
+    assert "the process exited" in out and "SubState=auto-restart" in out
+    assert "--no-such-option" in out                      # journal lines of this start
+    assert "--since" in out and "-u llama-server-t.service" in out
+
+
+def test_times_out_with_last_answer(fake_systemd, server):
+    env, _ = fake_systemd
+    Loading.started, Loading.ready_after = time.time(), 3600
+    rc, out, _ = run(env, "http://127.0.0.1:%d" % server.server_port, timeout=1)
+    assert rc == 1
+    assert "no 200 from" in out and "last answer: 503" in out
+
+
+def test_nothing_listening_counts_as_not_ready(fake_systemd):
+    env, _ = fake_systemd
+    rc, out, _ = run(env, "http://127.0.0.1:9", timeout=1)
+    assert rc == 1 and "last answer: none" in out
+
+
+class Models(http.server.BaseHTTPRequestHandler):
+    """Plays an engine after loading: /health 200, /v1/models only with the right key."""
+    key = "wait-test-key-77"
+
+    def do_GET(self):  # noqa: N802 (http.server API)
+        if self.path == "/v1/models" and self.headers.get("Authorization") != "Bearer " + self.key:
+            self.send_response(401)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.end_headers()
+        body = b'{"object":"list","data":[{"id":"qwen-local","object":"model"}]}'
+        self.wfile.write(body if self.path == "/v1/models" else b'{"status":"ok"}')
+
+    def log_message(self, *args):
+        pass
+
+
+def test_checks_the_served_name_with_the_key_from_a_key_file_or_the_env_file(fake_systemd, tmp_path):
+    env, _ = fake_systemd
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = "http://127.0.0.1:%d" % httpd.server_port
+    key_file, env_file = tmp_path / "q.key", tmp_path / "q.env"
+    key_file.write_text(Models.key + "\n")
+    env_file.write_text('# managed\nHF_TOKEN="x"\nVLLM_API_KEY="%s"\n' % Models.key)
+
+    def wait(*extra):
+        proc = subprocess.run([sys.executable, SCRIPT, "--url", url, "--unit", "vllm-q.service",
+                               "--timeout", "5", "--interval", "0.1"] + list(extra), env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                              timeout=60, check=False)
+        return proc.returncode, proc.stdout
+
+    try:
+        assert wait("--model", "qwen-local", "--key-file", str(key_file))[0] == 0
+        rc, out = wait("--model", "qwen-local", "--env-file", str(env_file), "--key-env", "VLLM_API_KEY")
+        assert rc == 0 and "serving qwen-local" in out
+        rc, out = wait("--model", "other", "--key-file", str(key_file))
+        assert rc == 1 and "lists qwen-local, not the served name other" in out
+        rc, out = wait("--model", "qwen-local")
+        assert rc == 1 and "answered 401" in out
+    finally:
+        httpd.shutdown()

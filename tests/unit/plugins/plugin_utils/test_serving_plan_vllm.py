@@ -1,0 +1,117 @@
+"""The planner with vLLM instances: exposure, key in the env file, GPUs and preflight, stable names."""
+import pytest
+from ansible_collections.llmops.serving.plugins.plugin_utils import serving_plan
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
+
+from tests.unit.plugins.plugin_utils.serving_helpers import GPUS, pairs, plan
+
+VLLM = {"mode": "host", "binary": "/opt/vllm/venv/bin/vllm", "version": "0.33.0"}
+MODELS = {"tiny": {"path": "/home/models/tiny/tiny.gguf", "sha256": "ab" * 32},
+          "qwen-fp8": {"path": "/home/models/Qwen-FP8", "sha256": None}}
+
+
+def vplan(instances, **kw):
+    kw.setdefault("models", MODELS)
+    return plan([dict({"engine": "vllm"}, **i) for i in instances], vllm=VLLM, **kw)
+
+
+def test_vllm_host_plan_runs_vllm_serve_with_the_model_positional_and_a_stable_name():
+    p = vplan([{"name": "q", "model": "qwen-fp8", "port": 8000, "gpus": [0, 1],
+                "settings": {"tensor_parallel_size": 2}}], gpus=GPUS)[0]
+    assert p["engine"] == "vllm" and p["unit"] == "vllm-q.service"
+    assert p["subcommand"] == ["serve"] and p["argv"][0] == "/home/models/Qwen-FP8"
+    args = pairs(p["argv"][1:])
+    assert args["--host"] == "127.0.0.1" and args["--served-model-name"] == "qwen-fp8"
+    assert p["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert p["env"]["VLLM_ENGINE_READY_TIMEOUT_S"] == "1800" and p["timeout_start_sec"] == 1800
+    assert p["model_check"] == "/home/models/Qwen-FP8/config.json"
+    assert p["build_id"] == "0.33.0" and not p["mlock"]
+    # an absolute path gets the instance name, never the path, as its served name
+    p = vplan([{"name": "q", "model": "/srv/m/Qwen", "port": 8000}])[0]
+    assert pairs(p["argv"][1:])["--served-model-name"] == "q"
+    with pytest.raises(ServingError, match="must be a name, not a path"):
+        vplan([{"name": "q", "model": "/srv/m/Qwen", "port": 8000, "served_model_name": "/srv/m/Qwen"}])
+
+
+def test_llama_cpp_gets_the_stable_name_as_alias_and_keeps_its_unit_name():
+    p = plan([{"name": "q", "model": "tiny", "port": 8003}])[0]
+    assert pairs(p["argv"])["--alias"] == "tiny" and p["unit"] == "llama-server-q.service"
+    with pytest.raises(ServingError, match="served_model_name"):
+        plan([{"name": "q", "model": "tiny", "port": 8003, "settings": {"alias": "x"}}])
+
+
+def test_vllm_key_goes_to_the_env_file_never_argv():
+    inst = [{"name": "q", "engine": "vllm", "model": "/srv/m/Qwen", "port": 8000,
+             "env": {"HF_TOKEN": "hf_1"}}]
+    p = plan(inst, vllm=VLLM, api_key_names=["q"])[0]
+    assert p["key_file"] is None and p["api_key_env"] == "VLLM_API_KEY"
+    assert "--api-key" not in p["argv"] and p["env_names"] == ["HF_TOKEN", "VLLM_API_KEY"]
+    text = serving_plan.instance_env_file(inst, "q", api_keys={"q": "sk-secret"})
+    assert text == 'HF_TOKEN="hf_1"\nVLLM_API_KEY="sk-secret"\n'
+    assert "sk-secret" not in repr(p)
+    with pytest.raises(ServingError, match="VLLM_API_KEY comes from serving_api_keys"):
+        plan([dict(inst[0], env={"VLLM_API_KEY": "x"})], vllm=VLLM)
+
+
+def test_vllm_exposure_needs_a_proxy_or_explicit_acceptance():
+    inst = {"name": "q", "model": "/srv/m/Qwen", "port": 8000, "host": "0.0.0.0"}
+    with pytest.raises(ServingError, match=r"guards only /v1, /v2 and /inference.*/metrics.*"
+                                           r"serving_fronted_by_proxy.*accept_exposure"):
+        vplan([inst], api_key_names=["q"])
+    assert vplan([inst], api_key_names=["q"], fronted_by_proxy=True)[0]["host"] == "0.0.0.0"
+    assert vplan([dict(inst, accept_exposure=True)], api_key_names=["q"])[0]["url"] == "http://127.0.0.1:8000"
+    with pytest.raises(ServingError, match="without an API key"):
+        vplan([dict(inst, accept_exposure=True)])
+
+
+def test_vllm_gpus_parallel_sizes_and_device_ids():
+    with pytest.raises(ServingError, match="= 2, but the instance has 1 GPU"):
+        vplan([{"name": "q", "model": "/m/Q", "port": 1, "gpus": [0],
+                "settings": {"tensor_parallel_size": 2}}])
+    with pytest.raises(ServingError, match="set the instance's gpus"):
+        vplan([{"name": "q", "model": "/m/Q", "port": 1, "settings": {"tensor_parallel_size": 2}}])
+    with pytest.raises(ServingError, match="set the instance's gpus"):
+        vplan([{"name": "q", "model": "/m/Q", "port": 1, "settings": {"device_ids": [0]}}])
+    with pytest.raises(ServingError, match="given to both"):
+        plan([{"name": "a", "model": "tiny", "port": 1, "gpus": [0]},
+              {"name": "b", "engine": "vllm", "model": "/m/Q", "port": 2, "gpus": [0]}], vllm=VLLM, gpus=GPUS)
+
+
+def _gpus(cap, free):
+    return {"present": True, "gpus": [{"index": i, "uuid": "GPU-%d" % i, "compute_cap": cap,
+                                       "memory_total_mib": 11264, "memory_free_mib": free} for i in range(2)]}
+
+
+def test_fp8_below_sm89_is_a_warning_not_silence():
+    inst = [{"name": "q", "model": "/m/Q", "port": 1, "gpus": [0, 1],
+             "settings": {"tensor_parallel_size": 2, "quantization": "fp8", "kv_cache_dtype": "fp8_e4m3"}}]
+    (p,) = vplan(inst, gpus=_gpus("7.5", 11000))
+    (warning,) = p["warnings"]
+    assert "weight-only/emulated" in warning and "7.5" in warning
+    assert vplan(inst, gpus=_gpus("8.9", 11000))[0]["warnings"] == []
+
+
+def test_memory_refused_before_start_warned_while_running():
+    inst = [{"name": "q", "model": "/m/Q", "port": 1, "gpus": [0, 1],
+             "settings": {"tensor_parallel_size": 2, "gpu_memory_utilization": 0.92}}]
+    with pytest.raises(ServingError, match=r"0.92 x 11264 MiB = 10362 MiB, but only 900 MiB are free"):
+        vplan(inst, gpus=_gpus("7.5", 900))
+    (p,) = vplan(inst, gpus=_gpus("7.5", 900), running_units=["vllm-q.service"])
+    assert any("own running process" in w for w in p["warnings"])
+
+
+def test_container_mode_uses_the_images_entrypoint_and_host_ipc():
+    from ansible_collections.llmops.serving.plugins.plugin_utils.container import docker_run_args
+
+    p = plan([{"name": "q", "engine": "vllm", "model": "/srv/m/Qwen", "port": 8000, "gpus": [0, 1],
+               "settings": {"tensor_parallel_size": 2}}],
+             vllm={"mode": "container", "image": "vllm/vllm-openai@sha256:" + "a" * 64}, gpus=GPUS,
+             api_key_names=["q"])[0]
+    args = docker_run_args(p)
+    image_at = args.index(p["image"])
+    assert args[image_at + 1] == "/models/Qwen"                    # vllm-openai's entrypoint is `vllm serve`
+    assert "--ipc" in args[:image_at] and "/srv/m:/models:ro" in args
+    assert args[args.index("--env-file") + 1] == "/etc/llama-server/q.env"
+    assert "VLLM_ENGINE_READY_TIMEOUT_S=1800" in args and "--api-key" not in args
+    args = docker_run_args(p, entrypoint="/usr/local/bin/vllm")
+    assert args[args.index(p["image"]) + 1] == "serve"
