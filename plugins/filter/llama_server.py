@@ -56,7 +56,7 @@ def llama_server_env_file(instances, name, mode="host", systemd_version=None):
     """The assignments of instance `name`'s env file: systemd EnvironmentFile= (host) or docker --env-file
     (container) syntax. Secret: only for the no_log task that writes the 0600 file."""
     return serving_plan.instance_env_file(instances, name, mode=mode, systemd_version=systemd_version,
-                                         engine="llama.cpp")
+                                          engine="llama.cpp")
 
 
 def llama_server_hardening(systemd_version, read_paths=(), mode="host"):
