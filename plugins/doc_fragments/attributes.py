@@ -21,20 +21,3 @@ attributes:
   platform:
     platforms: posix
 """
-
-    # Read-only modules that return ansible_facts (with ansible.builtin.action_common_attributes.facts).
-    READ_ONLY_FACTS = READ_ONLY + r"""
-  facts:
-    support: full
-"""
-
-    # Read-only action plugins that run on the controller and drive the node through the connection, one host
-    # at a time (with ansible.builtin.action_common_attributes.flow).
-    READ_ONLY_ACTION = READ_ONLY + r"""
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-"""

@@ -52,10 +52,22 @@ options:
 seealso:
   - module: llmops.serving.model_download
   - module: ansible.builtin.async_status
+attributes:
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
-  - llmops.serving.attributes.read_only_action
 author:
   - llmops.serving developers (@llmops)
 """

@@ -37,10 +37,13 @@ description:
   - Read-only; never changes the host.
 author:
   - llmops.serving developers (@llmops)
+attributes:
+  facts:
+    support: full
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
-  - llmops.serving.attributes.read_only_facts
+  - llmops.serving.attributes.read_only
 options:
   nvidia_smi_path:
     description:

@@ -52,11 +52,11 @@ options:
     default: /sys/module
 seealso:
   - module: llmops.serving.gpu_facts
+author:
+  - llmops.serving developers (@llmops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - llmops.serving.attributes.read_only
-author:
-  - llmops.serving developers (@llmops)
 """
 
 EXAMPLES = r"""

@@ -50,14 +50,14 @@ def check_env(env, mode="host", systemd_version=None, instance="instance"):
                 % (instance, name))
         if value is None:
             raise ServingError("%s: env %s has no value; give a string ('' for empty)"
-                                       % (instance, name))
+                               % (instance, name))
         if isinstance(value, (dict, list, tuple)):
             raise ServingError("%s: env %s must be a string or a number, got a %s"
-                                       % (instance, name, type(value).__name__))
+                               % (instance, name, type(value).__name__))
         value = str(value)
         if "\x00" in value:
             raise ServingError("%s: env %s contains a NUL byte, which no environment can carry"
-                                       % (instance, name))
+                               % (instance, name))
         if mode == "container":
             if "\n" in value:
                 raise ServingError(
@@ -66,14 +66,14 @@ def check_env(env, mode="host", systemd_version=None, instance="instance"):
                     "or host mode" % (instance, name))
             if _control_chars(value, "\t"):
                 raise ServingError("%s: env %s contains a control character (other than TAB), which "
-                                           "docker --env-file cannot carry" % (instance, name))
+                                   "docker --env-file cannot carry" % (instance, name))
             if len(("%s=%s" % (name, value)).encode("utf-8")) > DOCKER_ENV_LINE_MAX:
                 raise ServingError("%s: env %s is longer than docker --env-file accepts (64 KiB a "
-                                           "line)" % (instance, name))
+                                   "line)" % (instance, name))
         else:
             if _control_chars(value, "\t\n"):
                 raise ServingError("%s: env %s contains a control character (other than TAB and "
-                                           "newline), which systemd before 248 drops" % (instance, name))
+                                   "newline), which systemd before 248 drops" % (instance, name))
             if "\n" in value and systemd_version is not None \
                     and int(systemd_version or 0) < SYSTEMD_ENV_NEWLINE_SINCE:
                 raise ServingError(

@@ -171,6 +171,7 @@ SECRET_FLAGS = ("--api-key", "--hf-token", "-hft", "--ssl-key-file")
 # chat-template kwargs that have their own flag now.
 DEPRECATED_TEMPLATE_KWARGS = {"enable_thinking": "reasoning"}
 
+
 def _json_setting(key, text):
     error = None
     try:
