@@ -47,14 +47,14 @@ options:
       - C(Requires-Python) specifier (V(>=3.11,<3.15)) used when O(wheel) is not a file on the node.
     type: str
     default: ""
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - llmops.serving.attributes.read_only
 seealso:
   - module: llmops.serving.gpu_facts
     description: The other half of a node's fitness for vLLM (GPUs, compute capability, memory).
 author:
   - llmops.serving developers (@llmops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - llmops.serving.attributes.read_only
 """
 
 EXAMPLES = r"""
