@@ -26,7 +26,7 @@ CACHE = os.environ.get("LLMOPS_CACHE_DIR", os.path.join(ROOT, ".cache"))
 COUNTS = os.path.join(CACHE, "counts")
 # Cheap and independent scenarios first; llama_cpp fills the shared build cache (.cache/ci-llama) that
 # llama_server and default (the whole site.yml as a first run) then reuse.
-MOLECULE_SCENARIOS = ("gpu_host", "model", "llama_cpp", "llama_server", "default")
+MOLECULE_SCENARIOS = ("gpu_host", "model", "llama_cpp", "llama_server", "vllm", "default")
 PYTEST_PATHS = ("tests/unit", "tests/roles")
 
 nox.options.default_venv_backend = "none"

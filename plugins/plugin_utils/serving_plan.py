@@ -210,6 +210,22 @@ def _instance_env(raw, name, mode, gpu_list, systemd_version, flags):
     return env
 
 
+def _build_env(build, instance_env, name, flags):
+    """The build fact's runtime-wide env minus the keys the instance's own env overrides."""
+    build_env = build.get("env") or {}
+    if not isinstance(build_env, dict):
+        raise ServingError("instance %s: %s.env must be a mapping of names to values"
+                           % (name, flags.BUILD_FACT))
+    env = {}
+    for key in sorted(build_env):
+        if key in GPU_ENV or key == flags.API_KEY_ENV:
+            raise ServingError("instance %s: %s.env sets %s, which the role computes (gpus, API keys)"
+                               % (name, flags.BUILD_FACT, key))
+        if key not in instance_env:
+            env[str(key)] = str(build_env[key])
+    return env
+
+
 def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None, api_key_names=(),
                    key_dir="/etc/llama-server", unit_prefix=None, binary_override=None, mode_override=None,
                    image_override=None, systemd_version=None, default_engine=DEFAULT_ENGINE, timeouts=None,
@@ -264,13 +280,14 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
                                  name)
         warnings = flags.preflight(settings, gpu_list, gpu_entries(gpu_list, gpus), unit in running_units)
         timeout = int(by_engine(timeouts, engine, "serving_timeout_start_sec") or flags.TIMEOUT_START_SEC)
-        # `env` holds what the role computes (not secret, visible in the unit); the instance's own env goes to
-        # its env file only.
-        env = {}
+        # `env` holds what is not secret (visible in the unit): the build's runtime-wide env (llmops_vllm.env,
+        # e.g. a fork's switches) unless the instance's own env sets the key, then what the role computes.
+        # The instance's own env goes to its env file only.
+        instance_env = _instance_env(raw, name, mode, gpu_list, systemd_version, flags)
+        env = _build_env(build, instance_env, name, flags)
         if mode == "host" and gpu_list:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_list)
         env.update(flags.unit_env(timeout))
-        instance_env = _instance_env(raw, name, mode, gpu_list, systemd_version, flags)
         override = by_engine(binary_override if mode == "host" else image_override, engine,
                              "serving_binary" if mode == "host" else "serving_image")
         runner = _runner(name, mode, build, override, flags, engine)

@@ -24,7 +24,9 @@ from tests.roles.test_serving_unit import (
 INVENTORY = os.path.join(ROOT, "inventories", "l20")
 SEED = os.path.join(ROOT, "tests", "fixtures", "seeds", "000_llama_server_line.txt")
 TEST_KEY = "l20-inventory-test-key-3b9d"
+TEST_VLLM_KEY = "l20-inventory-vllm-key-8e1c"
 MODEL_PATH = "/home/models/qwen3-27b-mtp-gguf/Qwen3.6-27B-UD-Q5_K_XL.gguf"
+L20_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 L20_GPUS = {"present": True, "count": 4, "driver_version": "550.54.14",
             "gpus": [{"index": i, "uuid": "GPU-%08x-1111-2222-3333-444444444444" % i, "name": "NVIDIA L20",
                       "memory_total_mib": 46068, "compute_cap": "8.9"} for i in range(4)]}
@@ -76,13 +78,16 @@ def l20_vars(**overrides):
     variables.update(yaml.safe_load(open(os.path.join(INVENTORY, "group_vars", "l20", "main.yml"))))
     variables.update(yaml.safe_load(open(os.path.join(INVENTORY, "host_vars", "l20-node-01.yml"))))
     variables.update({
-        "vault_serving_api_keys": {"qwen36-27b": TEST_KEY},
+        "vault_serving_api_keys": {"qwen36-27b": TEST_KEY, "qwen36-27b-fp8": TEST_VLLM_KEY},
         "llmops_gpus": L20_GPUS,
         "llmops_models": {"qwen3.6-27b-ud-q5_k_xl": {"path": MODEL_PATH, "sha256": "0f" * 32}},
         "llmops_llama_cpp": {"mode": "container", "image": "llmops/llama.cpp:0c1e570-cuda89",
                              "build_id": "b7", "binary": "/opt/llama.cpp/bin/llama-server",
                              "version": "0.5.0-dev",
                              "previous_build_id": "b6"},
+        # what role vllm publishes on the L20 box (container runtime: the official image's entrypoint)
+        "llmops_vllm": {"mode": "container", "image": L20_VLLM_IMAGE, "binary": "", "version": "0.33.0",
+                        "entrypoint": ["vllm", "serve"], "extra_flags": [], "env": {}},
     })
     variables.update(overrides)
     return render_plan(role_vars(variables, os_family="RedHat"), systemctl_version="systemd 219\n+PAM +AUDIT")

@@ -115,3 +115,19 @@ def test_container_mode_uses_the_images_entrypoint_and_host_ipc():
     assert "VLLM_ENGINE_READY_TIMEOUT_S=1800" in args and "--api-key" not in args
     args = docker_run_args(p, entrypoint="/usr/local/bin/vllm")
     assert args[args.index(p["image"]) + 1] == "serve"
+
+
+
+def test_runtime_wide_env_of_the_build_reaches_the_unit_unless_the_instance_overrides_it():
+    vllm = dict(VLLM, env={"VLLM_USE_DEEP_GEMM": "0", "OMP_NUM_THREADS": 8})
+    (p,) = plan([{"name": "q", "engine": "vllm", "model": "/m/Q", "port": 8000,
+                  "env": {"OMP_NUM_THREADS": "4"}}], vllm=vllm)
+    assert p["env"]["VLLM_USE_DEEP_GEMM"] == "0"
+    assert "OMP_NUM_THREADS" not in p["env"]          # the instance's env file has its own value
+    assert p["env_names"] == ["OMP_NUM_THREADS"]
+
+
+def test_runtime_wide_env_may_not_set_what_the_role_computes():
+    vllm = dict(VLLM, env={"CUDA_VISIBLE_DEVICES": "0"})
+    with pytest.raises(ServingError, match="CUDA_VISIBLE_DEVICES"):
+        plan([{"name": "q", "engine": "vllm", "model": "/m/Q", "port": 8000}], vllm=vllm)
