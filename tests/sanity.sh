@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 # ansible-test sanity needs the collection at .../ansible_collections/llmops/serving (a real path, not a
 # symlink), so it runs on a copy of the files that ship (galaxy.yml, meta/, plugins/, roles/).
 set -euo pipefail

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Stand-in for ansible-test's pip bootstrap script (get-pip.py from ci-files.testing.ansible.com).
 
 That host is out of reach here (only the package registries are), so tests/sanity.sh installs this file in

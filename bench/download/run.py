@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Download benchmark: llmops.serving model_download vs curl / aria2c / sha256sum, side by side.
 
 Starts the fake hub (tests/fixtures/fake_hub) in its own process on 127.0.0.1, generates the model

@@ -1,4 +1,7 @@
 #!/usr/bin/env python3
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """GGUF benchmark: gguf_info's parser on crafted hostile files vs the real tiny model, side by side.
 
 Writes a set of crafted GGUF files (tests/fixtures/gguf/builder.py) that claim huge counts or sit at the edge

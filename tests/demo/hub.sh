@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Starts/stops the loopback fake model hub (a test double) that the demo and the default Molecule scenario
 # download from, serving a tiny real GGUF generated on first use. Idempotent.
 #   tests/demo/hub.sh start [PORT]   |   tests/demo/hub.sh stop

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 # The embedded default: a local systemd container (llmops-local-node) plays a 4x L20 GPU host (fake
 # nvidia-smi), a loopback fake model hub serves a tiny real GGUF (qwen35 hybrid with one MTP head), and
 # site.yml runs the whole flow against it with inventories/local. Called by `bin/llmops-dev demo`.

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Builds the Molecule test-host image llmops-test/debian12: Debian 12 with systemd as PID 1 and python3,
 # made with debootstrap and `docker import` (no registry, nothing pulled). The Debian mirror is read from
 # this machine's own apt configuration, never written into the repository.

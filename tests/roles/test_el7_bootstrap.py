@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Role llmops.serving.el7_bootstrap: templates rendered against their variables, and the raw-only role
 run for real with ansible-playbook (connection local) against a fake EL 7 tree: a temp repo directory,
 a fake os-release, and rpm/yum test doubles first on PATH (the raw scripts call them by name)."""

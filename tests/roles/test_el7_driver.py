@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """nvidia_driver on EL 7: the precompiled-kmod flavour (EL 7 package names, a site-built repository, refused
 without one) and the check that DKMS really built the module (its %post ignores build errors)."""
 

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The yum repository set of a CentOS 7.9 host, checked the way yum reads it.
 
 tests/fixtures/el7/yum.repos.d holds the files a CentOS 7.9 minimal install leaves (see its README). The tests

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Role model: the SELinux label of model_dir per OS version.
 
 EL 7 has no python3 semanage bindings (policycoreutils-python is python2 only) and

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """inventories/l20 reproduces the seed notes' llama-server line, setting by setting, for the pinned llama.cpp.
 
 The seed line (tests/fixtures/seeds/000_llama_server_line.txt, copied from the user's notes with the key

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """inventories/l20's vLLM instance (GPUs 0 and 1, beside the llama.cpp one on 2 and 3): its plan and unit,
 rendered through the same helpers as tests/roles/test_inventory_l20.py, say what seed 003 says for the FP8
 checkpoint, run from the pinned image (CentOS 7.9), on loopback, with the key only in its env file.

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Role llama_cpp: its templates rendered with Ansible's own Templar, its build script run against a small
 CMake project, and the llama_cpp_build_info module run as Ansible runs it (identity and skip logic)."""
 import fcntl

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Role llmops.serving.nvidia_container_toolkit: EL 7 / Debian variables and templates rendered with
 Ansible's Templar, the daemon.json merge expressions of vars/main.yml, and the fake nvidia-ctk that the
 Molecule scenario packages (tests/fixtures/apt_repo)."""

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Role llmops.serving.nvidia_driver: every template, variable file and decision expression rendered
 with Ansible's own Templar (the EL 7 paths cannot run here: no CentOS repositories are reachable)."""
 

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Instance environment (`serving_instances[].env`) is secret: a 0600 file, never the unit.
 
 Issue 9: values such as LLAMA_API_KEY or HF_TOKEN used to land in the 0644 unit as Environment= and, in

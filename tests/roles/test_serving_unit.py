@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Render role serving's systemd unit with Ansible's own Templar and check what systemd would run.
 
 The helpers here (role_vars, render_plan, render_unit, exec_start_argv) are also used by

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The serving role's unit for a vLLM instance, rendered for the seed 003 settings and compared, option by
 option, with the seed's production unit (tests/fixtures/seeds/003_vllm_unit.service).
 

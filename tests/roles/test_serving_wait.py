@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """roles/serving/files/serving-wait.py: health and model-list wait that fails fast when the unit died.
 
 A local HTTP server plays llama-server (503 while loading, then 200); fake `systemctl`/`journalctl` scripts

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Role vllm: its variables (Templar), playbooks/build.yml's engine choice, the fake vLLM wheel in a real
 virtualenv, and the role itself run against localhost - the venv runtime installing the fake wheel (then
 idempotent, and in check mode), the container runtime against a fake docker CLI."""

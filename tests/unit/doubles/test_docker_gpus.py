@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """tests/fixtures/fake_vllm/docker-gpus: the stand-in for the NVIDIA container runtime (molecule/vllm)."""
 import importlib.machinery
 import importlib.util

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The stand-in driver stack of the first-run scenario: fake nvidia-smi profile `driver` and the stand-in
 driver packages of tests/fixtures/apt_repo/build-repo.sh (what molecule/default installs and reboots)."""
 

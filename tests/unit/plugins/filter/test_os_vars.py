@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The os_vars_file filter: one way every role picks its OS variables (most specific file first)."""
 import pytest
 from ansible.errors import AnsibleFilterError

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """model_download behaviour: fast path, force_verify, split sets, secrets, check mode, disk full,
 moved revisions, progress, plain URLs, and the module file run end to end."""
 import errno

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """model_download against a hostile world (GitHub issue 9): where the token may go, what messages may
 show, files in dest the module does not own, forged sidecar records, content that is not what it
 claims, two runs on one destination, and the total size of a split set under Ansible."""

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """model_download's option schema (written once, in download_options.OPTIONS) and its decide/apply pair:
 the module's DOCUMENTATION, argument spec and the logic's defaults cannot drift apart, and check mode
 reports what a real run then does."""

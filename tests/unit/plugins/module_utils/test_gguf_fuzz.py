@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Fuzzing gguf_info's parser: structure-aware mutations of valid GGUF files must end in GGUFError or in a
 consistent success, quickly and without allocating much; a success must also parse with llama.cpp's own
 gguf-py (differential oracle)."""

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """gguf_info against crafted metadata (GitHub issue 9): every count read from the file bounds what the parser
 allocates and how long it runs, and strings that are not UTF-8 are taken the way llama.cpp takes them."""
 import json

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """gguf_info's parser (plugins/module_utils/gguf.py): crafted corpus, real vocab files, limits, split sets,
 chat template risks and the sha256 sidecar shared with model_download."""
 import json

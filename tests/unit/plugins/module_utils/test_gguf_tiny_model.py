@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The tiny-GGUF generator (tests/fixtures/gguf/make_tiny_model.py): the files are real GGUF models that
 gguf_info describes correctly, that agree with llama.cpp's gguf-py, and that llama-server loads and serves
 (with MTP speculative decoding for qwen35)."""

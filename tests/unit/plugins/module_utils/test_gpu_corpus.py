@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The nvidia-smi parser over every file of tests/fixtures/nvidia_smi_corpus (real nvidia-smi formats)."""
 
 import json

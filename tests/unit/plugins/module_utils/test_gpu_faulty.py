@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """gpu_facts with one GPU in a bad state, warnings mixed into nvidia-smi's CSV output and bytes that are not
 UTF-8 (GitHub issue 9): the faulty GPU is reported as that GPU's fault, the others are still read."""
 

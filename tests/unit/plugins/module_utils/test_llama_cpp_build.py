@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """CMake arguments, removed options and build identity of role llama_cpp (module_utils/llama_cpp_build)."""
 import glob
 import os

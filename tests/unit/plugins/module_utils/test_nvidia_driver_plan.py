@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The driver plan of role nvidia_driver (plugins/module_utils/nvidia_driver.py), without Ansible."""
 
 import pytest

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """wheel_tags: can a node install a wheel? The tags and Requires-Python of the pinned vLLM wheel against the
 nodes this collection supports (CentOS 7.9, EL 8/9, Debian 12, Ubuntu), without Ansible."""
 

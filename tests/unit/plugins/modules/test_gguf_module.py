@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The gguf_info module through Ansible: documentation matches the argument spec, results, sha256 check
 with model_download's sidecar record (read, never written), check mode, clean failures."""
 import hashlib

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """llmops.serving.nvidia_driver_info end to end: the module file run as Ansible runs it, on a fake sysfs."""
 
 import json

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """CentOS 7.9's python3 is 3.6: run the shipped modules end to end under a real Python 3.6 interpreter,
 with ansible-core 2.16's module_utils, the way Ansible runs them on such a node (vermin checks the syntax
 statically; this checks what actually runs). Skipped only where no Python 3.6 is installed."""

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """llmops.serving.wheel_compat_info end to end: the module file run as Ansible runs it, on this node, also
 under a real Python 3.6 (CentOS 7's python3) when one is installed."""
 

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What the serving-layer tests share: a host's facts, the planner with them, argv as flag -> value."""
 from ansible_collections.llmops.serving.plugins.plugin_utils import serving_plan
 

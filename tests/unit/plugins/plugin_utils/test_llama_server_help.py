@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The flag table against a real llama-server's --help (the pinned llama.cpp, any build: CPU is enough).
 
 Binary: $LLMOPS_LLAMA_SERVER, else .cache/host-build/bin/llama-server (a CPU build of the pinned source).

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The planner with vLLM instances: exposure, key in the env file, GPUs and preflight, stable names."""
 import pytest
 from ansible_collections.llmops.serving.plugins.plugin_utils import serving_plan

@@ -1,3 +1,6 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """vLLM's flag table (plugins/plugin_utils/vllm_flags.py) against the pinned wheel and the seed 003 unit."""
 import json
 import os
