@@ -50,9 +50,9 @@ def serving_argv(settings, engine=serving_plan.DEFAULT_ENGINE, **kwargs):
     return serving_plan.engine_flags(engine).build_argv(settings, **kwargs)
 
 
-def serving_exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
+def serving_exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None, home=None):
     """The ExecStart= command line of one planned instance (systemd quoting)."""
-    return systemd.exec_start(plan, user=user, docker=docker, entrypoint=entrypoint)
+    return systemd.exec_start(plan, user=user, docker=docker, entrypoint=entrypoint, home=home)
 
 
 def serving_env_file(instances, name, mode="host", systemd_version=None, api_keys=None,

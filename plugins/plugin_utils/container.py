@@ -15,7 +15,7 @@ CONTAINER_MODEL_DIR = "/models"
 CONTAINER_KEY_FILE = "/run/secrets/llama-server-api-key"
 
 
-def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
+def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None, home=None):
     """argv of `docker run` for a container-mode instance (only its GPUs; model dir and key read-only; env
     from its file).
 
@@ -23,6 +23,10 @@ def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
     container build), else the image's own ENTRYPOINT (upstream llama.cpp server images; vllm-openai's is
     `vllm serve`). An engine with a subcommand (vLLM: serve) gets it after the image only with an explicit
     entrypoint.
+
+    `home`: with `user`, the service user's home on the node, mounted read-write at the same path and set as
+    HOME: the image's own HOME (/root in vllm-openai) is not writable by that user, and vLLM keeps its
+    compile and CUDA-graph caches under ~/.cache (kept across restarts, so a restart starts faster).
     """
     entrypoint = entrypoint or plan.get("container_entrypoint")
     args = [docker, "run", "--rm", "--name", plan["container_name"], "--network", "host", "--init"]
@@ -31,6 +35,8 @@ def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None):
         args += ["--gpus", '"device=%s"' % ",".join(str(g) for g in plan["gpus"])]
     if user:
         args += ["--user", str(user)]
+        if home:
+            args += ["-v", "%s:%s" % (home, home), "-e", "HOME=%s" % home]
     if plan["mlock"]:
         args += ["--ulimit", "memlock=-1:-1"]
     args += ["-v", "%s:%s:ro" % (plan["model_dir"], CONTAINER_MODEL_DIR)]

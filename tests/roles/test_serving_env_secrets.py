@@ -281,7 +281,9 @@ def test_container_unit_passes_env_file_not_dash_e():
     argv = exec_start_argv(text)
     docker_args = argv[:argv.index(CONTAINER_CPP["image"])]
     assert docker_args[docker_args.index("--env-file") + 1] == "/etc/llama-server/q.env"
-    assert "-e" not in docker_args and "--env" not in docker_args
+    # on the command line only what the role computes: the service user's writable HOME
+    dash_e = [docker_args[i + 1] for i, a in enumerate(docker_args) if a in ("-e", "--env")]
+    assert dash_e == ["HOME=/var/lib/llama-server"]
     assert not any(a.startswith(("-e=", "--env=")) for a in docker_args)
     # the docker client itself must not get the instance's variables (DOCKER_HOST, ...): no EnvironmentFile=
     assert directive(text, "Service", "EnvironmentFile") == []

@@ -103,13 +103,17 @@ def test_memory_refused_before_start_warned_while_running():
     assert any("own running process" in w for w in p["warnings"])
 
 
+def vllm_container_plan():
+    return plan([{"name": "q", "engine": "vllm", "model": "/srv/m/Qwen", "port": 8000, "gpus": [0, 1],
+                  "settings": {"tensor_parallel_size": 2}}],
+                vllm={"mode": "container", "image": "vllm/vllm-openai@sha256:" + "a" * 64}, gpus=GPUS,
+                api_key_names=["q"])[0]
+
+
 def test_container_mode_uses_the_images_entrypoint_and_host_ipc():
     from ansible_collections.llmops.serving.plugins.plugin_utils.container import docker_run_args
 
-    p = plan([{"name": "q", "engine": "vllm", "model": "/srv/m/Qwen", "port": 8000, "gpus": [0, 1],
-               "settings": {"tensor_parallel_size": 2}}],
-             vllm={"mode": "container", "image": "vllm/vllm-openai@sha256:" + "a" * 64}, gpus=GPUS,
-             api_key_names=["q"])[0]
+    p = vllm_container_plan()
     args = docker_run_args(p)
     image_at = args.index(p["image"])
     assert args[image_at + 1] == "/models/Qwen"                    # vllm-openai's entrypoint is `vllm serve`
@@ -118,7 +122,6 @@ def test_container_mode_uses_the_images_entrypoint_and_host_ipc():
     assert "VLLM_ENGINE_READY_TIMEOUT_S=1800" in args and "--api-key" not in args
     args = docker_run_args(p, entrypoint="/usr/local/bin/vllm")
     assert args[args.index(p["image"]) + 1] == "serve"
-
 
 
 def test_runtime_wide_env_of_the_build_reaches_the_unit_unless_the_instance_overrides_it():
@@ -134,3 +137,17 @@ def test_runtime_wide_env_may_not_set_what_the_role_computes():
     vllm = dict(VLLM, env={"CUDA_VISIBLE_DEVICES": "0"})
     with pytest.raises(ServingError, match="CUDA_VISIBLE_DEVICES"):
         plan([{"name": "q", "engine": "vllm", "model": "/m/Q", "port": 8000}], vllm=vllm)
+
+
+def test_container_user_gets_a_writable_home_for_vllm_caches():
+    """vllm-openai's HOME is /root: as the service user, vLLM needs the user's home for ~/.cache/vllm."""
+    from ansible_collections.llmops.serving.plugins.plugin_utils.container import docker_run_args
+
+    p = vllm_container_plan()
+    args = docker_run_args(p, user="998:997", home="/var/lib/llama-server")
+    assert args[args.index("--user") + 1] == "998:997"
+    assert "/var/lib/llama-server:/var/lib/llama-server" in args
+    assert "HOME=/var/lib/llama-server" in args
+    assert args.index("HOME=/var/lib/llama-server") < args.index(p["image"])
+    # root in the container (no user) keeps the image's own HOME
+    assert not any(str(a).startswith("HOME=") for a in docker_run_args(p, home="/var/lib/llama-server"))
