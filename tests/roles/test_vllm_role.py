@@ -66,7 +66,7 @@ def test_internal_variables_carry_the_role_prefix():
 
 
 def test_pin_is_the_cached_wheel_and_the_image_tag():
-    assert value("vllm_package") == "vllm==0.33.0"
+    assert value("_vllm_pip_target") == "vllm==0.33.0"
     assert value("vllm_venv_dir") == "/opt/llmops/vllm/0.33.0"
     assert value("_vllm_image") == "vllm/vllm-openai:v0.33.0"
     assert value("_vllm_image_ref") == "vllm/vllm-openai:v0.33.0"
@@ -108,8 +108,9 @@ def test_sources_and_pip_options():
     fork = dict(vllm_source_dir="/home/u/vllm-2080ti-0.24.0", vllm_version="0.24.0")
     assert value("_vllm_pip_target", **fork) == "/home/u/vllm-2080ti-0.24.0"
     assert value("_vllm_wanted_version", **fork) == "0.24.0"
-    assert value("_vllm_package_pin", vllm_package="vllm == 0.34.1") == "0.34.1"
-    assert value("_vllm_package_pin", vllm_package="vllm") == "0.33.0"
+    # the index requirement always pins vllm_version: one variable names the version
+    assert value("_vllm_pip_target", vllm_version="0.34.1") == "vllm==0.34.1"
+    assert value("_vllm_pip_target", vllm_package_name="vllm-fork") == "vllm-fork==0.33.0"
 
 
 # --- playbooks/build.yml: which engines -------------------------------------------------------------------
