@@ -4,11 +4,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Filters that expose the serving layer (plugins/plugin_utils/) to the serving role's tasks and templates.
 
-A thin wrapper: the planner is plugins/plugin_utils/serving_plan.py (engine registry: llama.cpp, vllm), the
+A thin wrapper: the planner is plugins/plugin_utils/instance_plan.py (engine registry: llama.cpp, vllm), the
 engines' flag tables (where the command lines are built) llama_server_flags.py and vllm_flags.py, the unit's
 spellings systemd.py and container.py.
 
-    {{ serving_instances | llmops.serving.serving_plan(defaults=..., builds={'vllm': llmops_vllm, ...}) }}
+    {{ serving_instances | llmops.serving.serving_instance_plans(defaults=..., builds={'vllm': llmops_vllm, ...}) }}
     {{ plan | llmops.serving.serving_exec_start(user='llama') }}           -> ExecStart= value
     {{ serving_instances | llmops.serving.serving_env_file('qwen', mode='host', api_keys=...) }} -> env file
     {{ settings | llmops.serving.serving_argv(engine='llama.cpp', model='/m.gguf', port=8003) }}
@@ -20,7 +20,7 @@ spellings systemd.py and container.py.
 from __future__ import absolute_import, division, print_function
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmops.serving.plugins.plugin_utils import serving_plan, systemd
+from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan, systemd
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 
 __metaclass__ = type
@@ -41,13 +41,13 @@ def _wrap(func):
     return wrapper
 
 
-def serving_plan_filter(instances, builds=None, **kwargs):
+def serving_instance_plans_filter(instances, builds=None, **kwargs):
     """Resolve serving_instances into per-instance plans (engine, argv, env, unit, url, key/env files)."""
-    return [dict(p) for p in serving_plan.plan_instances(instances, builds=builds, **kwargs)]
+    return [dict(p) for p in instance_plan.plan_instances(instances, builds=builds, **kwargs)]
 
 
-def serving_argv(settings, engine=serving_plan.DEFAULT_ENGINE, **kwargs):
-    return serving_plan.engine_flags(engine).build_argv(settings, **kwargs)
+def serving_argv(settings, engine=instance_plan.DEFAULT_ENGINE, **kwargs):
+    return instance_plan.engine_flags(engine).build_argv(settings, **kwargs)
 
 
 def serving_exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None, home=None):
@@ -56,11 +56,11 @@ def serving_exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=Non
 
 
 def serving_env_file(instances, name, mode="host", systemd_version=None, api_keys=None,
-                     default_engine=serving_plan.DEFAULT_ENGINE):
+                     default_engine=instance_plan.DEFAULT_ENGINE):
     """The assignments of instance `name`'s env file: systemd EnvironmentFile= (host) or docker --env-file
     (container) syntax; a vLLM instance's VLLM_API_KEY from `api_keys`. Secret: only for the no_log task that
     writes the 0600 file."""
-    return serving_plan.instance_env_file(instances, name, mode=mode, systemd_version=systemd_version,
+    return instance_plan.instance_env_file(instances, name, mode=mode, systemd_version=systemd_version,
                                           api_keys=api_keys, default_engine=default_engine)
 
 
@@ -119,7 +119,7 @@ class FilterModule(object):
 
     def filters(self):
         return {
-            "serving_plan": _wrap(serving_plan_filter),
+            "serving_instance_plans": _wrap(serving_instance_plans_filter),
             "serving_argv": _wrap(serving_argv),
             "serving_exec_start": _wrap(serving_exec_start),
             "serving_env_file": _wrap(serving_env_file),

@@ -8,7 +8,7 @@ An instance names PHYSICAL GPUs (indices or UUIDs). The engine process only sees
 from 0 (CUDA_VISIBLE_DEVICES in host mode, docker --gpus in container mode), so an engine's flag table turns
 a GPU named in a setting into its position in the instance's list (llama_server_flags.relative_main_gpu).
 Tested by
-tests/unit/plugins/plugin_utils/test_serving_plan.py.
+tests/unit/plugins/plugin_utils/test_instance_plan.py.
 """
 from __future__ import absolute_import, division, print_function
 

@@ -8,7 +8,7 @@ This file is the ONLY place in the collection that knows how llama-server spells
 llama-server command line is built. Instance settings (a dict such as
 ``{"ctx_size": 262144, "cache_type_k": "q8_0"}``) are turned into an argv by :func:`build_argv`; extra_args
 are checked (secrets, removed and legacy flags, flags the table manages). The engine-neutral planner
-(serving_plan.py, registry ``ENGINES["llama.cpp"]``) resolves whole instances (model path, GPUs, ports, key
+(instance_plan.py, registry ``ENGINES["llama.cpp"]``) resolves whole instances (model path, GPUs, ports, key
 file, env file, unit) around this argv; what every engine's table does alike (spelling values, the kinds of
 flags, the extra_args loop) is flag_table.py. Controller-only (plugin_utils), unit-tested without Ansible by
 tests/unit/plugins/plugin_utils/test_llama_server_flags.py.
@@ -47,7 +47,7 @@ PINNED_LLAMA_CPP = {
 }
 
 
-# What the engine-neutral planner (serving_plan.py) needs to know of this engine (see its docstring).
+# What the engine-neutral planner (instance_plan.py) needs to know of this engine (see its docstring).
 PROGRAM = "llama-server"
 ROLE = "serving"
 BUILD_ROLE = "llama_cpp"

@@ -5,7 +5,7 @@
 """The serving layer's error type, and the number test that its checks share.
 
 Controller-only (plugin_utils): used by the filter plugins/filter/serving.py through the planner
-(serving_plan.py) and the engines' flag tables (flag_table.py, llama_server_flags.py, vllm_flags.py).
+(instance_plan.py) and the engines' flag tables (flag_table.py, llama_server_flags.py, vllm_flags.py).
 """
 from __future__ import absolute_import, division, print_function
 

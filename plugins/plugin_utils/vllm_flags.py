@@ -42,7 +42,7 @@ PINNED_VLLM = {
     "version": "0.33.0",
     "wheel": "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl",
 }
-# What the engine-neutral planner (serving_plan.py) needs to know of this engine (see its docstring).
+# What the engine-neutral planner (instance_plan.py) needs to know of this engine (see its docstring).
 PROGRAM = "vllm"
 ROLE = "serving"
 BUILD_ROLE = "vllm"

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """What the serving-layer tests share: a host's facts, the planner with them, argv as flag -> value."""
-from ansible_collections.llmops.serving.plugins.plugin_utils import serving_plan
+from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan
 
 MODELS = {"tiny": {"path": "/home/models/tiny/tiny.gguf", "sha256": "ab" * 32}}
 GPUS = {"present": True, "count": 4,
@@ -35,4 +35,4 @@ def plan(instances, build=HOST_CPP, binary_override=None, vllm=None, **kw):
     kw.setdefault("models", MODELS)
     if binary_override:
         kw["binary_override"] = {"llama.cpp": binary_override}
-    return serving_plan.plan_instances(instances, **kw)
+    return instance_plan.plan_instances(instances, **kw)

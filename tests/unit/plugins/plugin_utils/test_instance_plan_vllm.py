@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The planner with vLLM instances: exposure, key in the env file, GPUs and preflight, stable names."""
 import pytest
-from ansible_collections.llmops.serving.plugins.plugin_utils import serving_plan
+from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 
 from tests.unit.plugins.plugin_utils.serving_helpers import GPUS, pairs, plan
@@ -49,7 +49,7 @@ def test_vllm_key_goes_to_the_env_file_never_argv():
     p = plan(inst, vllm=VLLM, api_key_names=["q"])[0]
     assert p["key_file"] is None and p["api_key_env"] == "VLLM_API_KEY"
     assert "--api-key" not in p["argv"] and p["env_names"] == ["HF_TOKEN", "VLLM_API_KEY"]
-    text = serving_plan.instance_env_file(inst, "q", api_keys={"q": "sk-secret"})
+    text = instance_plan.instance_env_file(inst, "q", api_keys={"q": "sk-secret"})
     assert text == 'HF_TOKEN="hf_1"\nVLLM_API_KEY="sk-secret"\n'
     assert "sk-secret" not in repr(p)
     with pytest.raises(ServingError, match="VLLM_API_KEY comes from serving_api_keys"):

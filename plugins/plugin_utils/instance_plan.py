@@ -21,7 +21,7 @@ per engine is its flag table, a module of :data:`ENGINES` that provides
   leaves open, None when it guards everything).
 
 Controller-only (plugin_utils), plain Python, unit-tested without Ansible by
-tests/unit/plugins/plugin_utils/test_serving_plan.py; the role reaches it through the filter
+tests/unit/plugins/plugin_utils/test_instance_plan.py; the role reaches it through the filter
 plugins/filter/serving.py.
 """
 from __future__ import absolute_import, division, print_function

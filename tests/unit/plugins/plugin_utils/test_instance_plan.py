@@ -5,7 +5,7 @@
 import shlex
 
 import pytest
-from ansible_collections.llmops.serving.plugins.plugin_utils import serving_plan
+from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan
 from ansible_collections.llmops.serving.plugins.plugin_utils.container import docker_run_args
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 from ansible_collections.llmops.serving.plugins.plugin_utils.systemd import systemd_command
@@ -119,22 +119,22 @@ def test_env_is_checked_and_only_its_names_are_in_the_plan():
     assert p["env_names"] == ["HF_TOKEN", "N"] and p["env_file"] == "/etc/llama-server/a.env"
     assert "hf_plan_secret_1" not in repr(p)
     instances = [{"name": "a", "env": {"N": 3, "HF_TOKEN": 'x"y'}}]
-    assert serving_plan.instance_env_file(instances, "a") == 'HF_TOKEN="x\\"y"\nN="3"\n'
-    assert serving_plan.instance_env_file(instances, "a", mode="container") == 'HF_TOKEN=x"y\nN=3\n'
-    assert serving_plan.instance_env_file([{"name": "a"}], "a") == ""
+    assert instance_plan.instance_env_file(instances, "a") == 'HF_TOKEN="x\\"y"\nN="3"\n'
+    assert instance_plan.instance_env_file(instances, "a", mode="container") == 'HF_TOKEN=x"y\nN=3\n'
+    assert instance_plan.instance_env_file([{"name": "a"}], "a") == ""
     with pytest.raises(ServingError, match="no instance named b"):
-        serving_plan.instance_env_file([{"name": "a"}], "b")
+        instance_plan.instance_env_file([{"name": "a"}], "b")
 
 
 def test_engine_comes_from_the_registry():
-    assert serving_plan.engine_flags("llama.cpp").PROGRAM == "llama-server"
-    assert serving_plan.engine_flags("vllm").PROGRAM == "vllm"
+    assert instance_plan.engine_flags("llama.cpp").PROGRAM == "llama-server"
+    assert instance_plan.engine_flags("vllm").PROGRAM == "vllm"
     with pytest.raises(ServingError, match="unknown engine 'sglang'; known engines: llama.cpp, vllm"):
         plan([{"name": "a", "engine": "sglang", "model": "tiny", "port": 1}])
     with pytest.raises(ServingError, match="unknown engine 'tgi'"):
         plan([{"name": "a", "model": "tiny", "port": 1}], default_engine="tgi")
     with pytest.raises(ServingError, match="no instance named b in serving_instances"):
-        serving_plan.instance_env_file([{"name": "a"}], "b")
+        instance_plan.instance_env_file([{"name": "a"}], "b")
     with pytest.raises(ServingError, match="serving_default_settings is keyed by engine"):
         plan([{"name": "a", "model": "tiny", "port": 1}], defaults={"n_gpu_layers": 999})
 
@@ -145,10 +145,10 @@ def test_the_filter_wraps_the_planner_and_keeps_its_names():
 
     filters = FilterModule().filters()
     instances = [{"name": "q", "model": "tiny", "gpus": [2], "port": 8003}]
-    from_filter = filters["serving_plan"](instances, builds={"llama.cpp": HOST_CPP}, models=MODELS, gpus=GPUS)
+    from_filter = filters["serving_instance_plans"](instances, builds={"llama.cpp": HOST_CPP}, models=MODELS, gpus=GPUS)
     assert from_filter == plan(instances, gpus=GPUS)
     assert filters["serving_exec_start"](from_filter[0]).startswith(HOST_CPP["binary"] + " --model ")
     with pytest.raises(AnsibleFilterError, match="serving: instance name q is used twice"):
-        filters["serving_plan"](instances * 2, builds={"llama.cpp": HOST_CPP}, models=MODELS)
+        filters["serving_instance_plans"](instances * 2, builds={"llama.cpp": HOST_CPP}, models=MODELS)
     with pytest.raises(AnsibleFilterError, match="serving: unknown llama-server setting"):
         filters["serving_argv"]({"ctx": 1})
