@@ -805,6 +805,9 @@ def summarize(struct_info, include_kv=False):
 
     layer_bytes = [0] * (block_count or 0)
     other_bytes = 0
+    # Tensors outside the blocks by name (token_embd, output, output_norm...): a planner places them apart
+    # (llama.cpp keeps the input embedding in host memory and the output head with the last layer).
+    other_tensors = {}
     types = {}
     for t in struct_info["tensors"]:
         m = _BLK.match(t["name"])
@@ -813,6 +816,7 @@ def summarize(struct_info, include_kv=False):
             layer_bytes[idx] += t["nbytes"]
         else:
             other_bytes += t["nbytes"]
+            other_tensors[t["name"]] = other_tensors.get(t["name"], 0) + t["nbytes"]
         entry = types.setdefault(t["type"], {"count": 0, "bytes": 0})
         entry["count"] += 1
         entry["bytes"] += t["nbytes"]
@@ -858,6 +862,7 @@ def summarize(struct_info, include_kv=False):
         "tensor_types": types,
         "layer_bytes": layer_bytes,
         "non_layer_bytes": other_bytes,
+        "non_layer_tensors": other_tensors,
         "kv_count": len(kv),
         "alignment": struct_info["alignment"],
         "data_offset": struct_info["data_offset"],

@@ -300,6 +300,14 @@ non_layer_bytes:
   description: Bytes of tensors outside the blocks (embeddings, output head).
   returned: always
   type: int
+non_layer_tensors:
+  description:
+    - Bytes of each tensor outside the blocks, by tensor name.
+    - The memory planner places them apart (llama.cpp keeps C(token_embd) in host memory, the output head with
+      the last layer).
+  returned: always
+  type: dict
+  sample: {"token_embd.weight": 1055129600, "output.weight": 1055129600, "output_norm.weight": 20480}
 kv_count:
   description: Number of key/value pairs.
   returned: always
