@@ -88,7 +88,11 @@ def serving_instance_fact(plan):
         "gpus": list(plan["gpus"]),
         "model": plan["model"],
         "model_path": plan["model_path"],
+        "model_sha256": plan["model_sha256"],
         "mode": plan["mode"],
+        "build_id": plan["build_id"],
+        # What the benchmark report records beside its figures (the API key is never a setting).
+        "settings": plan["settings"],
     }
 
 

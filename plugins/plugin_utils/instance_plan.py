@@ -309,6 +309,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
             ("model_sha256", model_sha),
             ("key_file", key_file),
             ("api_key_env", plan_key_env),
+            ("settings", settings),
             ("mlock", flags.uses_mlock(settings)),
             ("subcommand", list(flags.SUBCOMMAND)),
             ("argv", argv),
