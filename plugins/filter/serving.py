@@ -8,7 +8,8 @@ A thin wrapper: the planner is plugins/plugin_utils/instance_plan.py (engine reg
 engines' flag tables (where the command lines are built) llama_server_flags.py and vllm_flags.py, the unit's
 spellings systemd.py and container.py.
 
-    {{ serving_instances | llmops.serving.serving_instance_plans(defaults=..., builds={'vllm': llmops_vllm, ...}) }}
+    {{ serving_instances | llmops.serving.serving_instance_plans(defaults=..., builds={...}) }}
+    {{ serving_instances | llmops.serving.serving_memory_plan_inputs(defaults=..., gpus=llmops_gpus, ...) }}
     {{ plan | llmops.serving.serving_exec_start(user='llama') }}           -> ExecStart= value
     {{ serving_instances | llmops.serving.serving_env_file('qwen', mode='host', api_keys=...) }} -> env file
     {{ settings | llmops.serving.serving_argv(engine='llama.cpp', model='/m.gguf', port=8003) }}
@@ -20,7 +21,7 @@ spellings systemd.py and container.py.
 from __future__ import absolute_import, division, print_function
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan, systemd
+from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan, memory_plan_inputs, systemd
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 
 __metaclass__ = type
@@ -124,6 +125,7 @@ class FilterModule(object):
     def filters(self):
         return {
             "serving_instance_plans": _wrap(serving_instance_plans_filter),
+            "serving_memory_plan_inputs": _wrap(memory_plan_inputs.memory_plan_inputs),
             "serving_argv": _wrap(serving_argv),
             "serving_exec_start": _wrap(serving_exec_start),
             "serving_env_file": _wrap(serving_env_file),

@@ -419,13 +419,23 @@ def read_structure(path, limits=None):
         raise GGUFError("not a regular file", path=path)
     try:
         with open(path, "rb") as f:
-            result = _parse(_Reader(f, st.st_size, limits))
-    except GGUFError as exc:
-        exc.path = path
-        raise
+            return read_structure_from(f, st.st_size, path, limits)
     except (IOError, OSError) as exc:
         raise GGUFError("cannot read: %s" % (exc.strerror or exc), path=path) from None
-    result["path"] = path
+
+
+def read_structure_from(source, size, name, limits=None):
+    """read_structure() over any random-access source (an open file, a remote file read with HTTP Range:
+    gguf_remote.py). `source` has seek(offset) and read(n), which returns n bytes unless the source ends
+    first; `size` is the source's total size in bytes (the structure is checked against it); `name` is what
+    the result and errors call it (a path, a URL without secrets). Errors the source raises pass through."""
+    limits = _check_limits(limits)
+    try:
+        result = _parse(_Reader(source, size, limits))
+    except GGUFError as exc:
+        exc.path = name
+        raise
+    result["path"] = name
     result["limits"] = limits
     return result
 
@@ -895,8 +905,11 @@ def split_parts(path):
             for i in range(1, count + 1)]
 
 
-def check_split_set(first_info, first_struct, limits=None):
-    """Given the summary of one part, check that every part exists, parses, and agrees. Returns a dict."""
+def check_split_set(first_info, first_struct, limits=None, read_part=None):
+    """Given the summary of one part, check that every part exists, parses, and agrees. Returns a dict.
+
+    read_part(name) -> read_structure() result of another part; by default the local file is read. A remote
+    reader (gguf_remote.py) passes its own, and a missing part fails there (HTTP 404)."""
     path = first_info["path"]
     parts = split_parts(path)
     split = first_info.get("split")
@@ -911,16 +924,19 @@ def check_split_set(first_info, first_struct, limits=None):
                         "parts cannot be found" % (count, count), path=path)
     if len(parts) != count:
         raise GGUFError("file name says %d parts but split.count is %d" % (len(parts), count), path=path)
-    missing = [p for p in parts if not os.path.isfile(p)]
+    missing = [] if read_part else [p for p in parts if not os.path.isfile(p)]
     if missing:
         shown = ", ".join(missing[:5]) + (" and %d more" % (len(missing) - 5) if len(missing) > 5 else "")
         raise GGUFError("split set incomplete: missing %s (%d of %d parts)" % (shown, len(missing), count),
                         path=path)
+    if read_part is None:
+        def read_part(name):
+            return read_structure(name, limits)
     total_tensors = 0
     total_size = 0
     tensor_bytes = 0
     for i, part in enumerate(parts):
-        s = first_struct if part == path else read_structure(part, limits)
+        s = first_struct if part == path else read_part(part)
         kv = s["kv"]
         sp = split_info(kv) or {}
         if sp.get("no") != i:

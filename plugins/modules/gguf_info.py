@@ -43,18 +43,64 @@ description:
     and recorded by it) to make later runs fast.
   - For the first part of a split set (C(NAME-00001-of-00003.gguf)), checks that every part exists, parses
     and agrees on C(split.count) and C(split.tensors.count).
+  - Plans before downloading - with O(url), or O(repo) and O(filename), reads the header of a GGUF that is
+    not downloaded yet from the hub or mirror with HTTP Range requests (windows of 1 MiB, doubling as the
+    parser needs more; the tensor data is never requested) and returns the same facts as for a local file,
+    plus RV(remote). The file size, which the structure check needs, comes from C(Content-Range). The
+    source options mean what they mean for M(llmops.serving.model_download), token rules included. A server
+    that ignores Range is refused after the first window; for a split set every part's header is read.
 version_added: "0.1.0"
 author:
   - llmops.serving developers (@llmops)
 options:
   path:
-    description: The GGUF file (for a split set, any part; the first part is usual).
+    description:
+      - The GGUF file (for a split set, any part; the first part is usual).
+      - Exactly one of O(path), O(url) and O(repo) is required.
     type: path
-    required: true
+  url:
+    description: A plain HTTP(S) URL of a GGUF file whose header is read remotely, instead of O(path).
+    type: str
+  repo:
+    description:
+      - Hub repository, C(org/name), whose O(filename) header is read remotely, instead of O(path).
+    type: str
+  filename:
+    description: File in O(repo), may include a folder; for a split set, any part's name.
+    type: str
+  revision:
+    description: Branch, tag or 40-hex commit id in O(repo); the parts of a split set are read at one commit.
+    type: str
+    default: main
+  endpoint:
+    description:
+      - Base URL of the hub or mirror serving O(repo) (C(https://hf-mirror.com)); defaults to C(HF_ENDPOINT)
+        from the node's environment, then C(https://huggingface.co), as for model_download.
+    type: str
+  token:
+    description:
+      - Hub access token for gated or private repos, sent as C(Authorization) only to the exact origin of
+        O(endpoint) (of O(url) for a plain URL), never to the CDN it redirects to. When not set with O(repo),
+        C(HF_TOKEN) from the node's environment is used. Never shown in results or messages.
+    type: str
+  validate_certs:
+    description: Verify TLS certificates of a remote source.
+    type: bool
+    default: true
+  timeout:
+    description: Seconds without data (connect or read) before a remote request counts as stalled.
+    type: int
+    default: 30
+  retries:
+    description: Retries of a remote request after a dropped connection, a stall or HTTP 429/5xx.
+    type: int
+    default: 2
   sha256:
     description:
       - Expected sha256 of the file (64 hex digits, optionally prefixed C(sha256:)). The task fails on a
         mismatch. Uses the digest of a matching sidecar record unless O(force_verify).
+      - Local files only, like O(compute_sha256) and O(force_verify); for a remote file, C(sha256) in
+        RV(remote) is the digest the hub states.
     type: str
   compute_sha256:
     description: Return the file's sha256 (read from the record like O(sha256)) even when none is expected.
@@ -117,6 +163,8 @@ options:
         default: 2097152
 notes:
   - Supports check mode; it never changes anything, in check mode or not.
+  - A remote read costs about log2(header size) requests and at most twice the header plus 1 MiB (a
+    15 MB tokenizer header about 31 MiB); C(bytes_read) and C(requests) in RV(remote) report it.
   - Runs on the managed node with Python 3.6 or later and the standard library only.
 seealso:
   - module: llmops.serving.model_download
@@ -133,6 +181,13 @@ EXAMPLES = r"""
     that:
       - model_info.nextn_predict_layers >= 1
       - model_info.chat_template_risks | length == 0
+
+- name: Plan before downloading - read the header from the hub with HTTP Range requests
+  llmops.serving.gguf_info:
+    repo: unsloth/Qwen3.6-27B-MTP-GGUF
+    filename: Qwen3.6-27B-UD-Q5_K_XL.gguf
+    token: "{{ vault_hf_token | default(omit) }}"
+  register: remote_model_info
 
 - name: Verify the full checksum too (from model_download's sidecar record when it matches, else hashed)
   llmops.serving.gguf_info:
@@ -340,16 +395,39 @@ verified:
   description: Whether the file matched O(sha256).
   returned: always
   type: bool
+remote:
+  description:
+    - For a remote source, how it was read. C(url) is the file's URL without query string or user info;
+      C(bytes_read) and C(requests) count the body bytes and the HTTP requests of the whole run (every part
+      of a split set, a redirect followed counting once); C(size) is the file's size; C(sha256) and
+      C(commit) are what the hub stated (null for a plain URL).
+  returned: when O(url) or O(repo) is set
+  type: dict
+  sample: {"url": "https://huggingface.co/org/m/resolve/main/m.gguf", "bytes_read": 7340032, "requests": 4,
+           "size": 19465310208, "sha256": null, "commit": null}
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import gguf  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils import gguf, gguf_remote  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
+    DownloadError,
+    scrub,
+)
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            path=dict(type="path", required=True),
+            path=dict(type="path"),
+            url=dict(type="str"),
+            repo=dict(type="str"),
+            filename=dict(type="str"),
+            revision=dict(type="str", default="main"),
+            endpoint=dict(type="str"),
+            token=dict(type="str", no_log=True),
+            validate_certs=dict(type="bool", default=True),
+            timeout=dict(type="int", default=30),
+            retries=dict(type="int", default=2),
             sha256=dict(type="str"),
             compute_sha256=dict(type="bool", default=False),
             force_verify=dict(type="bool", default=False),
@@ -366,9 +444,14 @@ def main():
                 max_metadata_strings=dict(type="int", default=2097152),
             )),
         ),
+        mutually_exclusive=[("path", "url", "repo")],
+        required_one_of=[("path", "url", "repo")],
+        required_together=[("repo", "filename")],
         supports_check_mode=True,
     )
     p = module.params
+    if gguf_remote.is_remote(p):
+        main_remote(module)
     path = p["path"]
     expected = None
     if p["sha256"]:
@@ -402,6 +485,28 @@ def main():
                 msg="sha256 mismatch for %s: expected %s, got %s (corrupted or different file: download it "
                     "again)" % (path, expected, digest), **result)
         result["verified"] = bool(expected)
+    module.exit_json(changed=False, **result)
+
+
+def main_remote(module):
+    """gguf_info on a remote GGUF (url or repo): its header read with HTTP Range requests."""
+    p = module.params
+    token = p["token"]
+    local_only = [name for name in ("sha256", "compute_sha256", "force_verify") if p[name]]
+    if local_only:
+        module.fail_json(msg="%s check a local file's bytes, not a remote header: download the model first "
+                             "(model_download verifies it) and give path" % ", ".join(local_only))
+    try:
+        result = gguf_remote.inspect_remote(p, p["limits"], include_kv=p["include_kv"],
+                                            check_split=p["check_split"])
+    except gguf.GGUFError as exc:
+        module.fail_json(msg="GGUF check failed: %s" % exc, path=exc.path, offset=exc.offset, verified=False)
+    except (DownloadError, ValueError) as exc:
+        module.fail_json(msg=scrub(str(exc), token), verified=False)
+    except Exception as exc:  # unexpected: still one clear line, never the token
+        module.fail_json(msg=scrub("gguf_info failed: %s: %s" % (type(exc).__name__, exc), token),
+                         verified=False)
+    result["verified"] = False
     module.exit_json(changed=False, **result)
 
 

@@ -19,8 +19,8 @@ from collections import OrderedDict
 
 import pytest
 from ansible_collections.llmops.serving.plugins.plugin_utils.container import docker_run_args
-from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import plan_instances
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 
 from tests.helpers import load_yaml, role_templar
 from tests.roles.test_serving_unit import (

@@ -256,3 +256,35 @@ def test_cli_runs_as_module(tmp_path):
     finally:
         p.terminate()
         p.wait(5)
+
+
+def test_hash_max_size_serves_a_sparse_big_file_without_hashing_it(tmp_path):
+    """A 19 GB sparse file is served (HEAD size, ranged GET) in well under a second: it is not hashed, and
+    its stand-in digest still changes when the file does."""
+    big = tmp_path / "org" / "m" / "big.gguf"
+    big.parent.mkdir(parents=True)
+    with open(str(big), "wb") as f:
+        f.write(b"GGUF-head")
+        f.truncate(19 * 10 ** 9)
+    h = FakeHub(str(tmp_path), hash_max_size=64 * 1024 * 1024).start()
+    try:
+        t0 = time.monotonic()
+        _, r = req(h, "HEAD", "/org/m/resolve/main/big.gguf")
+        assert r.status == 302 and r.getheader("X-Linked-Size") == str(19 * 10 ** 9)
+        first = r.getheader("X-Linked-Etag")
+        _, r = req(h, "GET", r.getheader("Location"), {"Range": "bytes=0-8"})
+        assert r.status == 206 and r.read() == b"GGUF-head"
+        assert r.getheader("Content-Range") == "bytes 0-8/%d" % (19 * 10 ** 9)
+        assert time.monotonic() - t0 < 5
+        os.utime(str(big), ns=(1, 1))
+        _, r = req(h, "HEAD", "/org/m/resolve/main/big.gguf")
+        assert r.getheader("X-Linked-Etag") != first
+    finally:
+        h.stop()
+    small = FakeHub(str(tmp_path), hash_max_size=10).start()  # under the limit: the real sha256
+    try:
+        (tmp_path / "org" / "m" / "a.bin").write_bytes(b"0123456789")
+        _, r = req(small, "HEAD", "/org/m/resolve/main/a.bin")
+        assert r.getheader("ETag") == '"%s"' % hashlib.sha1(b"blob 10\x000123456789").hexdigest()
+    finally:
+        small.stop()

@@ -145,7 +145,8 @@ def test_the_filter_wraps_the_planner_and_keeps_its_names():
 
     filters = FilterModule().filters()
     instances = [{"name": "q", "model": "tiny", "gpus": [2], "port": 8003}]
-    from_filter = filters["serving_instance_plans"](instances, builds={"llama.cpp": HOST_CPP}, models=MODELS, gpus=GPUS)
+    from_filter = filters["serving_instance_plans"](instances, builds={"llama.cpp": HOST_CPP}, models=MODELS,
+                                                    gpus=GPUS)
     assert from_filter == plan(instances, gpus=GPUS)
     assert filters["serving_exec_start"](from_filter[0]).startswith(HOST_CPP["binary"] + " --model ")
     with pytest.raises(AnsibleFilterError, match="serving: instance name q is used twice"):

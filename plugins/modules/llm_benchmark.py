@@ -1,0 +1,228 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: llm_benchmark
+short_description: Measure an OpenAI-compatible LLM endpoint (llama-server or vLLM)
+description:
+  - Benchmarks a chat completions endpoint the way an operator does by hand. Every prompt is unique (a
+    64-character random id and random words) so no prefix cache helps, and the server's cached prompt
+    tokens are reported to prove it (llama-server C(timings.cache_n), vLLM
+    C(usage.prompt_tokens_details.cached_tokens)).
+  - Sends O(warmup_requests) warm-up requests first, which are not measured; the first two, of two small
+    lengths, calibrate how many words make a token from the server's usage figures. Then does each of
+    O(runs) - a prompt length in tokens, an output length, a concurrency level and a number of requests -
+    all streaming, with C(ignore_eos) so the output really is O(runs[].max_tokens) long.
+  - Per request it measures the time to the first content or reasoning token (TTFT), prefill tokens/s
+    (prompt tokens / TTFT) and decode tokens/s ((completion tokens - 1) / time from the first to the last
+    token), and reads the server's own figures where it gives them - llama-server's final-chunk C(timings)
+    (C(prompt_per_second), C(predicted_per_second), C(draft_n), C(draft_n_accepted)); for vLLM, the
+    speculative decoding counters on C(/metrics) before and after each run.
+  - Failed requests (HTTP errors, timeouts, broken streams) are counted and reported per run, not raised;
+    RV(failed) is then true, which fails the task unless the caller sets C(failed_when). The task fails
+    with a message when the benchmark cannot start (no model list, wrong key, no warm-up answered).
+  - Changes nothing. It runs in check mode too; a caller that wants no load in check mode skips it.
+version_added: "0.1.0"
+author:
+  - llmops.serving developers (@llmops)
+options:
+  url:
+    description: Base URL of the server, without C(/v1).
+    type: str
+    required: true
+  engine:
+    description: The engine behind O(url); decides where speculative decoding figures come from.
+    type: str
+    choices: [llama.cpp, vllm]
+    default: llama.cpp
+  model:
+    description: Served model name. Default is the first model C(GET /v1/models) lists.
+    type: str
+  api_key:
+    description: The API key, sent as a bearer token. Never returned.
+    type: str
+  api_key_file:
+    description: A file on the node holding the key, as llama-server's C(--api-key-file) reads it (the first
+      line that is neither empty nor a C(#) comment).
+    type: path
+  env_file:
+    description: A systemd environment file on the node (C(KEY=VALUE) lines, quoting as systemd reads it)
+      holding the key in the variable O(api_key_env).
+    type: path
+  api_key_env:
+    description: The variable of O(env_file) holding the key. Default C(VLLM_API_KEY) for O(engine=vllm),
+      C(LLAMA_API_KEY) for O(engine=llama.cpp).
+    type: str
+  runs:
+    description: The measured runs, in order. Default one run at concurrency 1 (3 requests) and one at
+      concurrency 2 (4 requests), both with 1024 prompt tokens and 256 output tokens.
+    type: list
+    elements: dict
+    suboptions:
+      prompt_tokens:
+        description: Prompt length in tokens (reached within a few tokens by the calibration).
+        type: int
+        required: true
+      max_tokens:
+        description: Output length in tokens. Default 256.
+        type: int
+      concurrency:
+        description: Requests in flight at once. Default 1.
+        type: int
+      requests:
+        description: Requests in the run. Default the larger of 3 and O(runs[].concurrency).
+        type: int
+  warmup_requests:
+    description: Warm-up requests before the runs (not measured). Beyond the first two, they use the runs'
+      prompt lengths, largest first, to warm kernels for those shapes. Two calibration requests are sent
+      even when this is 0.
+    type: int
+    default: 2
+  timeout:
+    description: Seconds one request may take (and wait for data) before it counts as an error.
+    type: float
+    default: 300
+  seed:
+    description: Seed of the random word choice, for reproducible prompt lengths; the random id of every
+      prompt stays unique.
+    type: int
+notes:
+  - Supports check mode; it never changes anything, in check mode or not.
+  - Runs on the managed node with Python 3.6 or later and the standard library only.
+seealso:
+  - module: llmops.serving.gguf_info
+"""
+
+EXAMPLES = r"""
+- name: Measure the llama-server instance as seed 003 does (20K and 60K prompts)
+  llmops.serving.llm_benchmark:
+    url: http://127.0.0.1:8003
+    api_key_file: /etc/llama-server/qwen.key
+    warmup_requests: 4
+    runs:
+      - {prompt_tokens: 20000, max_tokens: 256, concurrency: 1, requests: 3}
+      - {prompt_tokens: 60000, max_tokens: 128, concurrency: 1, requests: 2}
+  register: bench
+
+- name: Measure vLLM at rising concurrency, the key read from its unit's environment file
+  llmops.serving.llm_benchmark:
+    url: http://127.0.0.1:8000
+    engine: vllm
+    env_file: /etc/vllm/qwen.env
+    runs:
+      - {prompt_tokens: 2048, max_tokens: 256, concurrency: 1}
+      - {prompt_tokens: 2048, max_tokens: 256, concurrency: 4}
+      - {prompt_tokens: 2048, max_tokens: 256, concurrency: 8, requests: 16}
+  register: bench
+  failed_when: false
+
+- name: Decode speed is what the profile promises
+  ansible.builtin.assert:
+    that: bench.summary.decode_tps >= 80
+"""
+
+RETURN = r"""
+url:
+  description: The URL benchmarked.
+  returned: success
+  type: str
+engine:
+  description: The engine named in O(engine).
+  returned: success
+  type: str
+model:
+  description: The model name sent in the requests.
+  returned: success
+  type: str
+calibration:
+  description: The words -> tokens fit from the warm-ups, C(tokens_per_word) and C(overhead_tokens) (chat
+    template and prompt frame).
+  returned: success
+  type: dict
+runs:
+  description:
+    - One item per run. Means are over the run's successful requests; C(null) where nothing was measured.
+    - C(prompt_tokens_target), C(max_tokens), C(concurrency), C(requests) - the run's settings.
+    - C(ok), C(errors), C(error_messages) (distinct, at most 10), C(wall_s) (the run's wall time).
+    - C(prompt_tokens), C(completion_tokens), C(cached_prompt_tokens) - means from the server's usage
+      (cached should be 0).
+    - C(ttft_s) - C(mean), C(p50), C(p90), C(max) of the time to the first token.
+    - C(prefill_tps), C(decode_tps) - client means per request; C(decode_tps_total) - completion tokens of
+      the run / its wall time (the throughput at that concurrency).
+    - C(server_prefill_tps), C(server_decode_tps) - means of llama-server's timings, null when not given.
+    - C(draft_acceptance) - accepted / drafted tokens (llama-server timings, or vLLM's /metrics counters over
+      the run), null when no speculation; C(draft_tokens), C(draft_accepted_tokens) - the sums.
+  returned: success
+  type: list
+  elements: dict
+summary:
+  description:
+    - C(decode_tps), C(ttft_s), C(prefill_tps), C(server_decode_tps) - means of the runs at the lowest
+      concurrency; C(draft_acceptance) over all runs; C(decode_tps_agreement) - client / server decode
+      tokens/s where both exist (close to 1 when the client measures what the server does).
+  returned: success
+  type: dict
+errors:
+  description: Failed requests over all runs.
+  returned: success
+  type: int
+failed:
+  description: Whether any measured request failed.
+  returned: success
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils import llm_benchmark  # noqa: E402
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            engine=dict(type="str", default="llama.cpp", choices=list(llm_benchmark.ENGINES)),
+            model=dict(type="str"),
+            api_key=dict(type="str", no_log=True),
+            api_key_file=dict(type="path"),
+            env_file=dict(type="path"),
+            api_key_env=dict(type="str", no_log=False),
+            runs=dict(type="list", elements="dict", options=dict(
+                prompt_tokens=dict(type="int", required=True, no_log=False),
+                max_tokens=dict(type="int", no_log=False),
+                concurrency=dict(type="int"),
+                requests=dict(type="int"),
+            )),
+            warmup_requests=dict(type="int", default=2),
+            timeout=dict(type="float", default=300),
+            seed=dict(type="int"),
+        ),
+        mutually_exclusive=[("api_key", "api_key_file", "env_file")],
+        required_by={"api_key_env": "env_file"},
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        key = llm_benchmark.read_api_key(p["api_key"], p["api_key_file"], p["env_file"], p["api_key_env"],
+                                         p["engine"])
+        if key:
+            module.no_log_values.add(key)
+        result = llm_benchmark.benchmark(p["url"], p["engine"], p["model"], key, p["runs"],
+                                         p["warmup_requests"], p["timeout"], p["seed"])
+    except llm_benchmark.BenchmarkError as exc:
+        module.fail_json(msg="benchmark of %s failed: %s" % (p["url"], exc))
+    if result["failed"]:
+        result["msg"] = "%d benchmark requests failed: %s" % (
+            result["errors"], "; ".join(m for run in result["runs"] for m in run["error_messages"][:1]))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

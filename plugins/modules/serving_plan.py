@@ -1,0 +1,173 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: serving_plan
+short_description: Plan the GPU memory of serving instances before they start, and refuse what cannot fit
+version_added: "1.0.0"
+description:
+  - Planning only; read-only. For each instance it computes what the engine will allocate on each of the
+    instance's GPUs - weights, KV cache, recurrent state, compute buffers, CUDA context overhead - and the
+    headroom left, from the model's metadata (no model data is read) and the instance settings.
+  - A llama.cpp instance's C(model) is a M(llmops.serving.gguf_info) result (which can read a remote GGUF's
+    header, so the plan can run before a download). The rules are the pinned llama.cpp's own (hybrid Gated
+    DeltaNet layouts, MTP draft context, unified KV, split-mode layer placement with the input embedding in
+    host memory and the output head on the last GPU); on the CPU build they match its logged buffers within
+    2 %.
+  - A vLLM instance's C(model_dir) is read on the node (C(config.json) and the sizes of C(*.safetensors));
+    the plan gives the weights per tensor-parallel rank, the KV tokens that fit under
+    C(gpu_memory_utilization) and the concurrency at C(max_model_len).
+  - A plan that does not fit names the GPU, the shortfall and what would fit (the largest context, a q8_0 KV
+    cache, fewer slots, another GPU); with O(fail_on_refusal) the task fails with every refusal.
+  - Returns the same result in check mode; never changes the node (C(changed) is always false). The logic is
+    in C(plugins/module_utils/memory_plan.py).
+options:
+  instances:
+    description:
+      - The instances to plan. Each is a dict with C(name), C(engine) (V(llama.cpp), the default, or V(vllm)),
+        C(gpus) (the physical GPU indexes, in the order the instance uses them; all GPUs when left out),
+        C(settings) (the instance settings, the keys of the engine's flag table) and C(model) (a
+        M(llmops.serving.gguf_info) result) or, for vLLM, C(model_dir) (the model directory on the node).
+    type: list
+    elements: dict
+    required: true
+  gpus:
+    description:
+      - The C(llmops_gpus) fact of M(llmops.serving.gpu_facts) (C(index), C(name), C(memory_total_mib),
+        C(memory_free_mib) per GPU).
+    type: list
+    elements: dict
+    required: true
+  overhead_mib:
+    description:
+      - CUDA context, cuBLAS workspace and runtime memory per GPU and process that no engine log counts.
+        Empty means the engine's documented default (512 for llama.cpp, 1700 for vLLM, which plans it
+        inside C(gpu_memory_utilization)).
+    type: int
+  min_headroom_mib:
+    description:
+      - Memory that must stay free on each GPU for a llama.cpp plan to fit (fragmentation, other users).
+        Empty means 1024 for llama.cpp and 0 for vLLM (whose C(gpu_memory_utilization) already leaves room).
+    type: int
+  memory_basis:
+    description:
+      - Plan against the GPUs' free memory (V(free)) or their total memory (V(total), for when the instances
+        being planned already run and hold the memory that is re-planned).
+    type: str
+    choices: [free, total]
+    default: free
+  fail_on_refusal:
+    description:
+      - Fail the task when any instance does not fit, with every refusal (each names its instance).
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - llmops.serving.attributes.read_only
+seealso:
+  - module: llmops.serving.gguf_info
+    description: The model metadata a llama.cpp plan needs (local file or remote header).
+  - module: llmops.serving.gpu_facts
+    description: The GPUs and their free memory.
+author:
+  - llmops.serving developers (@llmops)
+"""
+
+EXAMPLES = r"""
+- name: Describe the model from its header
+  llmops.serving.gguf_info:
+    path: /home/models/Qwen3.6-27B-UD-Q5_K_XL.gguf
+  register: qwen_gguf
+
+- name: Plan the L20 instance before anything restarts
+  llmops.serving.serving_plan:
+    gpus: "{{ llmops_gpus }}"
+    instances:
+      - name: qwen36-27b
+        gpus: [2, 3]
+        model: "{{ qwen_gguf }}"
+        settings: "{{ l20_qwen_settings }}"
+      - name: qwen36-27b-fp8
+        engine: vllm
+        gpus: [0, 1]
+        model_dir: /home/models/Qwen3.6-27B-FP8
+        settings: "{{ l20_vllm_settings }}"
+  register: plan
+
+- name: Show the per-GPU figures
+  ansible.builtin.debug:
+    msg: "{{ plan.messages }}"
+"""
+
+RETURN = r"""
+plans:
+  description:
+    - One plan per instance name. llama.cpp plans have C(fits), C(ctx_size), C(parallel), C(tensor_split)
+      (given, or derived from free memory), C(tensor_split_derived), C(host) (bytes kept in host memory),
+      C(gpus) (per GPU C(index), C(name), C(layers) [first, last], C(weights), C(kv), C(draft_kv),
+      C(recurrent), C(compute), C(draft_compute), C(overhead), C(total) in bytes and C(headroom_mib)),
+      C(total_bytes), C(max_ctx_size) (the largest context that fits at this parallel), C(max_parallel),
+      C(message), C(refusal) (null when it fits) and C(suggestions).
+    - vLLM plans also have C(tensor_parallel_size), C(weights_per_rank), C(kv_bytes_per_token), C(kv_tokens)
+      and C(max_concurrency).
+  returned: always
+  type: dict
+  sample: {"qwen36-27b": {"fits": true, "ctx_size": 262144, "parallel": 2, "tensor_split": [0.5, 0.5],
+           "max_ctx_size": 262144, "refusal": null}}
+messages:
+  description: One line per instance, per GPU the memory used and the headroom.
+  returned: always
+  type: list
+  elements: str
+  sample: ["qwen36-27b: GPU 2 14,776 MiB used, 31,292 MiB headroom, GPU 3 16,033 MiB used,
+           30,035 MiB headroom; host 960 MiB"]
+refusals:
+  description: The refusal of every instance that does not fit (empty when all fit).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan import (  # noqa: E402
+    PlanError,
+    plan_instances,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            instances=dict(type="list", elements="dict", required=True),
+            gpus=dict(type="list", elements="dict", required=True),
+            overhead_mib=dict(type="int"),
+            min_headroom_mib=dict(type="int"),
+            memory_basis=dict(type="str", choices=["free", "total"], default="free"),
+            fail_on_refusal=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        plans, messages, refusals = plan_instances(p["instances"], p["gpus"], overhead_mib=p["overhead_mib"],
+                                                   min_headroom_mib=p["min_headroom_mib"],
+                                                   basis=p["memory_basis"])
+    except PlanError as exc:
+        module.fail_json(msg=str(exc), changed=False)
+    result = dict(changed=False, plans=plans, messages=messages, refusals=refusals)
+    if refusals and p["fail_on_refusal"]:
+        module.fail_json(msg=" | ".join(refusals), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,336 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The validate stage's decisions, on the controller: what to benchmark, the report, its renderings, the gate.
+
+    benchmark_targets(llmops_instances, names)      -> [{name, url, engine, model, api_key_file, ...}]
+    build_report(host, llmops_instances, results)   -> the JSON report (one host)
+    markdown_report(report) / markdown_table(report) / svg_chart(report)  -> text
+    gate(report, min_decode_tps=..., max_ttft_s=..., fail_on_errors=True) -> {"failed", "messages"}
+
+`results` maps an instance name to the result of the module llmops.serving.llm_benchmark (url, engine, model,
+runs, summary, errors; `msg` when the module itself failed). Plain Python (no plotting library): the chart
+is hand-written SVG. Unit-tested by tests/unit/plugins/plugin_utils/test_benchmark_report.py.
+"""
+from __future__ import absolute_import, division, print_function
+
+import json
+import math
+from xml.sax.saxutils import escape
+
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
+
+__metaclass__ = type
+
+# What the report keeps of a module result (the rest is Ansible's bookkeeping: invocation, changed, ...).
+RESULT_KEYS = ("url", "engine", "model", "calibration", "runs", "summary", "errors", "failed", "msg")
+# What the report keeps of an llmops_instances entry beside the figures (never a key: the fact has none).
+INSTANCE_KEYS = ("engine", "served_model_name", "model", "model_path", "model_sha256", "build_id", "url",
+                 "host", "port", "gpus", "mode", "unit", "settings")
+# Line colours of the chart, one per instance (cycled): distinguishable, also in grey print.
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+
+class BenchmarkReportError(ServingError):
+    """A validate input the report or the gate cannot use (unknown instance, threshold not a number)."""
+
+
+# --- what to benchmark -------------------------------------------------------------------------------------
+
+def benchmark_targets(instances, names=None):
+    """The llm_benchmark arguments for each instance of this host (all, or those in `names` present here).
+
+    Key passing follows the engine: llama.cpp reads the key file, vLLM the VLLM_API_KEY of its env file."""
+    instances = instances or {}
+    wanted = sorted(instances) if not names else [n for n in names if n in instances]
+    targets = []
+    for name in wanted:
+        entry = instances[name] or {}
+        targets.append({
+            "name": name,
+            "url": entry.get("url"),
+            "engine": entry.get("engine"),
+            "model": entry.get("served_model_name") or entry.get("model") or name,
+            "api_key_file": entry.get("key_file") or None,
+            "env_file": (entry.get("env_file") or None) if entry.get("api_key_env") else None,
+            "api_key_env": entry.get("api_key_env") or None,
+        })
+    return targets
+
+
+def unknown_instances(names, instances_per_host):
+    """Names of `names` that no host of the play serves (a typo must not pass the gate silently)."""
+    known = set()
+    for instances in instances_per_host or ():
+        known.update(instances or {})
+    return [n for n in names or () if n not in known]
+
+
+# --- the report --------------------------------------------------------------------------------------------
+
+def build_report(host, instances, results, runs=None, warmup_requests=None, timestamp=None):
+    """The JSON report of one host: every instance's full benchmark result beside what it measured."""
+    report_instances = {}
+    for name in sorted(results or {}):
+        entry = (instances or {}).get(name) or {}
+        result = results[name] or {}
+        described = {key: entry.get(key) for key in INSTANCE_KEYS}
+        described["result"] = {key: result[key] for key in RESULT_KEYS if key in result}
+        report_instances[name] = described
+    return {
+        "host": host,
+        "timestamp": timestamp,
+        "benchmark": {"runs": list(runs or []), "warmup_requests": warmup_requests},
+        "instances": report_instances,
+    }
+
+
+def _mean(values):
+    values = [v for v in values if is_number(v)]
+    return sum(values) / len(values) if values else None
+
+
+def _ttft(value, stat="mean"):
+    """A TTFT figure: the module gives {mean, p50, p90, max} per run; a bare number is taken as it is."""
+    if isinstance(value, dict):
+        return value.get(stat)
+    return value if is_number(value) else None
+
+
+def _fmt(value, digits=1, suffix=""):
+    if not is_number(value):
+        return "-"
+    return "%.*f%s" % (digits, value, suffix)
+
+
+def _percent(value):
+    return _fmt(value * 100.0 if is_number(value) else None, 1, "%")
+
+
+TABLE_COLUMNS = ("run", "concurrency", "requests ok/sent", "prompt tok (target/mean)",
+                 "output tok (max/mean)", "TTFT mean s", "TTFT p90 s", "prefill tok/s", "decode tok/s client",
+                 "decode tok/s server", "decode tok/s total", "acceptance", "errors")
+
+
+def _run_cells(index, run):
+    errors = run.get("errors") or 0
+    return [
+        str(index),
+        str(run.get("concurrency", "-")),
+        "%s/%s" % (run.get("ok", "-"), run.get("requests", "-")),
+        "%s/%s" % (run.get("prompt_tokens_target", "-"), _fmt(run.get("prompt_tokens"), 0)),
+        "%s/%s" % (run.get("max_tokens", "-"), _fmt(run.get("completion_tokens"), 0)),
+        _fmt(_ttft(run.get("ttft_s")), 3),
+        _fmt(_ttft(run.get("ttft_s"), "p90"), 3),
+        _fmt(run.get("prefill_tps")),
+        _fmt(run.get("decode_tps")),
+        _fmt(run.get("server_decode_tps")),
+        _fmt(run.get("decode_tps_total")),
+        _percent(run.get("draft_acceptance")),
+        str(errors) if errors else "0",
+    ]
+
+
+def _table(header, rows):
+    def line(cells):
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    return [line(header), "|" + "|".join("---" for _ in header) + "|"] + [line(r) for r in rows]
+
+
+def _runs(described):
+    return (described.get("result") or {}).get("runs") or []
+
+
+def markdown_table(report, instance=None):
+    """The runs as one Markdown table: of one instance, or of all (then with an instance column first)."""
+    names = [instance] if instance else sorted(report.get("instances") or {})
+    rows = []
+    for name in names:
+        for index, run in enumerate(_runs(report["instances"][name]), 1):
+            cells = _run_cells(index, run)
+            rows.append(cells if instance else [name] + cells)
+    header = list(TABLE_COLUMNS) if instance else ["instance"] + list(TABLE_COLUMNS)
+    return "\n".join(_table(header, rows))
+
+
+def markdown_report(report, chart_file=None):
+    """The Markdown report of one host: per instance what was measured, its table, its errors."""
+    bench = report.get("benchmark") or {}
+    lines = ["# Benchmark of %s" % report.get("host"), "",
+             "Measured %s with llmops.serving.llm_benchmark: %s warm-up request(s), then the runs below "
+             "(unique prompts, streamed). Client figures are measured by the benchmark, server figures are "
+             "the engine's own timings or metrics." % (report.get("timestamp") or "-",
+                                                       bench.get("warmup_requests", "-")), ""]
+    if chart_file:
+        lines += ["![decode tok/s and TTFT by concurrency](%s)" % chart_file, ""]
+    for name in sorted(report.get("instances") or {}):
+        described = report["instances"][name]
+        result = described.get("result") or {}
+        summary = result.get("summary") or {}
+        lines += [
+            "## Instance %s (%s)" % (name, described.get("engine") or "-"), "",
+            "- model: %s (served as `%s`)" % (described.get("model") or "-",
+                                              described.get("served_model_name")),
+            "- model sha256: `%s`" % (described.get("model_sha256") or "-"),
+            "- build id: `%s`" % (described.get("build_id") or "-"),
+            "- url: %s, GPUs: %s" % (described.get("url") or result.get("url") or "-",
+                                     ", ".join(str(g) for g in described.get("gpus") or []) or "-"),
+            "- settings: `%s`" % json.dumps(described.get("settings") or {}, sort_keys=True),
+            "- summary: decode %s tok/s, TTFT %s s, prefill %s tok/s, server decode %s tok/s, acceptance %s"
+            % (_fmt(summary.get("decode_tps")), _fmt(_ttft(summary.get("ttft_s")), 3),
+               _fmt(summary.get("prefill_tps")), _fmt(summary.get("server_decode_tps")),
+               _percent(summary.get("draft_acceptance"))),
+            "",
+            markdown_table(report, name),
+            "",
+        ]
+        problems = instance_errors(described)
+        if problems:
+            lines += ["Errors:", ""] + ["- %s" % p for p in problems] + [""]
+    return "\n".join(lines)
+
+
+# --- the chart ---------------------------------------------------------------------------------------------
+
+def series_by_concurrency(described):
+    """{concurrency: (total decode tok/s, mean TTFT s)} of one instance, runs at one concurrency averaged."""
+    grouped = {}
+    for run in _runs(described):
+        grouped.setdefault(run.get("concurrency"), []).append(run)
+    return {c: (_mean(r.get("decode_tps_total") for r in runs), _mean(_ttft(r.get("ttft_s")) for r in runs))
+            for c, runs in grouped.items() if is_number(c)}
+
+
+def _nice_max(value):
+    """The smallest 1/2/2.5/5 x 10^k at or above `value` (the top tick of an axis)."""
+    if not is_number(value) or value <= 0:
+        return 1.0
+    magnitude = 10.0 ** math.floor(math.log10(value))
+    steps = (1.0, 2.0, 2.5, 5.0, 10.0)
+    return next(step * magnitude for step in steps if step * magnitude >= value * 0.999999)
+
+
+def _panel(x0, title, unit, levels, lines, pick, width=400, height=260):
+    """One panel: frame, axes with ticks, a polyline (and dots) per instance."""
+    top, left, plot_w, plot_h = 40, x0 + 60, width - 80, height - 90
+    values = [pick(point) for _, series, _ in lines for point in series.values()]
+    y_max = _nice_max(max([v for v in values if is_number(v)] or [0]))
+    slots = max(len(levels), 1)
+
+    def x_at(level):
+        return left + plot_w * (levels.index(level) + 0.5) / slots
+
+    def y_at(value):
+        return top + plot_h - plot_h * value / y_max
+
+    out = ['<g class="panel">',
+           '<text x="%g" y="24" font-size="14" text-anchor="middle" font-weight="bold">%s</text>'
+           % (left + plot_w / 2, escape(title)),
+           '<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="#000"/>' % (left, top, left, top + plot_h),
+           '<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="#000"/>'
+           % (left, top + plot_h, left + plot_w, top + plot_h)]
+    for tick in range(6):
+        value, y = y_max * tick / 5, y_at(y_max * tick / 5)
+        out.append('<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="#ddd"/>' % (left, y, left + plot_w, y))
+        out.append('<text x="%g" y="%g" font-size="11" text-anchor="end">%s</text>'
+                   % (left - 6, y + 4, _fmt(value, 0 if y_max >= 10 else 2)))
+    for level in levels:
+        out.append('<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="#000"/>'
+                   % (x_at(level), top + plot_h, x_at(level), top + plot_h + 5))
+        out.append('<text x="%g" y="%g" font-size="11" text-anchor="middle">%s</text>'
+                   % (x_at(level), top + plot_h + 18, level))
+    out.append('<text x="%g" y="%g" font-size="12" text-anchor="middle">concurrency</text>'
+               % (left + plot_w / 2, top + plot_h + 36))
+    middle = top + plot_h / 2
+    out.append('<text x="%g" y="%g" font-size="12" text-anchor="middle" transform="rotate(-90 %g %g)">'
+               '%s</text>' % (x0 + 16, middle, x0 + 16, middle, escape(unit)))
+    for name, series, colour in lines:
+        measured = [c for c in levels if c in series and is_number(pick(series[c]))]
+        points = [(x_at(c), y_at(pick(series[c]))) for c in measured]
+        out.append('<polyline data-instance="%s" fill="none" stroke="%s" stroke-width="2" points="%s"/>'
+                   % (escape(name, {'"': "&quot;"}), colour, " ".join("%.1f,%.1f" % p for p in points)))
+        out.extend('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>' % (x, y, colour) for x, y in points)
+    out.append("</g>")
+    return out
+
+
+def svg_chart(report):
+    """Two panels, decode tok/s (all streams) and mean TTFT by concurrency, one line per instance."""
+    names = sorted(report.get("instances") or {})
+    lines = [(name, series_by_concurrency(report["instances"][name]), COLOURS[i % len(COLOURS)])
+             for i, name in enumerate(names)]
+    levels = sorted({c for _, series, _ in lines for c in series})
+    legend_h = 20 * len(names)
+    height = 260 + 20 + legend_h
+    out = ['<?xml version="1.0" encoding="UTF-8"?>',
+           '<svg xmlns="http://www.w3.org/2000/svg" width="820" height="%d" viewBox="0 0 820 %d" '
+           'font-family="sans-serif">' % (height, height),
+           '<title>Benchmark of %s (%s)</title>' % (escape(str(report.get("host"))),
+                                                    escape(str(report.get("timestamp")))),
+           '<rect width="100%" height="100%" fill="#fff"/>']
+    out += _panel(0, "decode tok/s (all streams)", "tok/s", levels, lines, lambda point: point[0])
+    out += _panel(410, "time to first token (mean)", "seconds", levels, lines, lambda point: point[1])
+    for i, (name, _, colour) in enumerate(lines):
+        y = 275 + 20 * i
+        out.append('<line x1="70" y1="%d" x2="100" y2="%d" stroke="%s" stroke-width="2"/>' % (y, y, colour))
+        out.append('<text x="108" y="%d" font-size="12">%s</text>'
+                   % (y + 4, escape("%s (%s)" % (name, report["instances"][name].get("engine") or "-"))))
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+# --- the gate ----------------------------------------------------------------------------------------------
+
+def _run_label(index, run):
+    return "run %d (prompt %s, max_tokens %s, concurrency %s)" % (
+        index, run.get("prompt_tokens_target", "-"), run.get("max_tokens", "-"), run.get("concurrency", "-"))
+
+
+def instance_errors(described):
+    """What went wrong for one instance: the module's own failure, its errors, each run's failed requests."""
+    result = described.get("result") or {}
+    failed = result.get("msg") and not result.get("runs")
+    problems = ["benchmark failed: %s" % result["msg"]] if failed else []
+    # The module's `errors` is the count of failed requests (listed per run below); a list is kept as it is.
+    problems += [str(e) for e in result["errors"]] if isinstance(result.get("errors"), list) else []
+    for index, run in enumerate(result.get("runs") or [], 1):
+        if run.get("errors"):
+            messages = "; ".join(str(m) for m in run.get("error_messages") or []) or "no message"
+            problems.append("%s: %s of %s requests failed: %s" % (
+                _run_label(index, run), run["errors"], run.get("requests", "-"), messages))
+    if not result.get("runs") and not problems:
+        problems.append("no run completed")
+    return problems
+
+
+def _threshold(setting, name, variable):
+    """The threshold of one instance: a number for all, or a dict name -> number; 0/empty/None = none."""
+    value = setting.get(name) if isinstance(setting, dict) else setting
+    if value in (None, "", 0):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise BenchmarkReportError("%s: %r (instance %s) is not a number" % (variable, value, name)) from None
+
+
+def gate(report, min_decode_tps=None, max_ttft_s=None, fail_on_errors=True):
+    """{"failed": bool, "messages": [...]}: one message per threshold missed or instance with errors."""
+    messages = []
+    for name in sorted(report.get("instances") or {}):
+        described = report["instances"][name]
+        summary = (described.get("result") or {}).get("summary") or {}
+        minimum = _threshold(min_decode_tps, name, "validate_min_decode_tps")
+        decode = summary.get("decode_tps")
+        if minimum is not None and not (is_number(decode) and decode >= minimum):
+            messages.append("instance %s: decode %s tok/s < validate_min_decode_tps %g"
+                            % (name, _fmt(decode) if is_number(decode) else "not measured", minimum))
+        maximum = _threshold(max_ttft_s, name, "validate_max_ttft_s")
+        ttft = _ttft(summary.get("ttft_s"))
+        if maximum is not None and not (is_number(ttft) and ttft <= maximum):
+            messages.append("instance %s: TTFT %s s > validate_max_ttft_s %g"
+                            % (name, _fmt(ttft, 3) if is_number(ttft) else "not measured", maximum))
+        if fail_on_errors:
+            messages += ["instance %s: %s" % (name, p) for p in instance_errors(described)]
+    return {"failed": bool(messages), "messages": messages}

@@ -1,0 +1,92 @@
+# -*- coding: utf-8 -*-
+# Copyright: llmops.serving contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What the serving_plan module (the memory planner) is given for a host's instances.
+
+serving_instances + serving_default_settings + what is known of each model + llmops_gpus -> the module's
+`instances` and `gpus`. Used twice: in preflight, before anything is downloaded (a model's metadata is the
+header gguf_info read from the hub: llmops_model_headers), and in the serve stage, before anything restarts
+(the downloaded file's metadata: llmops_models[name].gguf).
+
+A GPU held by an instance that runs now counts as free: the instance owns its GPUs exclusively (the instance
+planner refuses sharing) and its restart frees what it holds, so the plan of a running node is the plan of
+the node after the restart, not a refusal caused by the server it replaces.
+
+Controller-only, unit-tested by tests/unit/plugins/plugin_utils/test_memory_plan_inputs.py; reached through
+the filter llmops.serving.serving_memory_plan_inputs.
+"""
+from __future__ import absolute_import, division, print_function
+
+import copy
+
+from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan
+from ansible_collections.llmops.serving.plugins.plugin_utils.gpu_assignment import gpu_key, normalize_gpus
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
+
+__metaclass__ = type
+
+
+def _model_input(raw, engine, models, headers):
+    """The planner's view of the instance's model: a metadata dict, or a path the module reads on the node."""
+    model = raw.get("model")
+    entry = (models or {}).get(model) or {}
+    if engine == "vllm":
+        if entry.get("dir") or entry.get("path"):
+            return {"model_dir": entry.get("dir") or entry.get("path")}
+        return {"model_dir": model} if str(model).startswith("/") else None
+    gguf = entry.get("gguf") or (headers or {}).get(model) or {}
+    if gguf.get("layer_bytes"):
+        return {"model": gguf}
+    if entry.get("path"):
+        return {"model_path": entry["path"]}
+    return {"model_path": model} if str(model).startswith("/") else None
+
+
+def _gpu_order(gpus, facts):
+    """The llmops_gpus entries of `gpus`, in the instance's order (tensor_split follows it)."""
+    known = (facts or {}).get("gpus") or []
+    out = []
+    for gpu in gpus:
+        for entry in known:
+            if gpu_key(gpu) in (gpu_key(entry.get("index")), gpu_key(entry.get("uuid"))):
+                out.append(entry)
+                break
+    return out
+
+
+def memory_plan_inputs(instances, defaults=None, default_engine=instance_plan.DEFAULT_ENGINE, models=None,
+                       headers=None, gpus=None, running_units=(), unit_prefix=None):
+    """-> {"instances": [...], "gpus": llmops_gpus with running instances' GPUs counted free,
+    "skipped": ["<instance>: why it cannot be planned yet", ...]}"""
+    facts = copy.deepcopy(gpus) if gpus else {"present": False, "gpus": []}
+    running = set(running_units or ())
+    planned = []
+    skipped = []
+    for raw in instances or []:
+        if not isinstance(raw, dict) or not raw.get("name"):
+            raise ServingError("each instance needs a name: %r" % (raw,))
+        name = str(raw["name"])
+        engine = raw.get("engine") or default_engine
+        flags = instance_plan.engine_flags(engine)
+        settings = dict(instance_plan.by_engine(defaults, engine, "serving_default_settings") or {})
+        settings.update(raw.get("settings") or {})
+        settings = dict((k, v) for k, v in settings.items() if v is not None)
+        gpu_list = normalize_gpus(raw.get("gpus"), facts if facts.get("present") else None,
+                                  "instance %s" % name)
+        model = _model_input(raw, engine, models, headers)
+        if model is None:
+            skipped.append("%s: model %s is not known yet (no header read, not downloaded)"
+                           % (name, raw.get("model")))
+            continue
+        unit = "%s%s.service" % (instance_plan.by_engine(unit_prefix, engine, "serving_unit_prefix")
+                                 or flags.UNIT_PREFIX, name)
+        entries = _gpu_order(gpu_list, facts)
+        if unit in running:
+            for entry in entries:
+                entry["memory_free_mib"] = entry.get("memory_total_mib")
+        item = {"name": name, "engine": engine, "gpus": [e.get("index") for e in entries] or gpu_list,
+                "settings": settings, "running": unit in running}
+        item.update(model)
+        planned.append(item)
+    return {"instances": planned, "gpus": facts, "skipped": skipped}

@@ -1,0 +1,96 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The serving_plan module run the way Ansible runs it (a JSON args file): documentation matches the
+argument spec, plans for both engines, refusals fail the task naming every instance, check mode, never
+changed."""
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+from ansible_collections.llmops.serving.plugins.modules import serving_plan
+
+from tests.helpers import ROOT
+from tests.unit.plugins.module_utils.test_memory_plan import SEED_SETTINGS, l20, llama_8b, qwen36_27b
+from tests.unit.plugins.modules.test_gguf_module import capture_module_kwargs
+
+
+def test_documentation_matches_argument_spec():
+    doc = yaml.safe_load(serving_plan.DOCUMENTATION)
+    kwargs = capture_module_kwargs(serving_plan)
+    spec = kwargs["argument_spec"]
+    assert sorted(doc["options"]) == sorted(spec)
+    keys = ("type", "default", "choices", "elements")
+    for name, opt in doc["options"].items():
+        documented = [opt.get(k) for k in keys] + [bool(opt.get("required"))]
+        assert documented == [spec[name].get(k) for k in keys] + [bool(spec[name].get("required"))], name
+    assert kwargs["supports_check_mode"] is True
+    assert "llmops.serving.attributes.read_only" in doc["extends_documentation_fragment"]
+    assert set(yaml.safe_load(serving_plan.RETURN)) == {"plans", "messages", "refusals"}
+    yaml.safe_load(serving_plan.EXAMPLES)
+
+
+def run_module(tmp_path, args, check_mode=False):
+    args = dict(args, _ansible_check_mode=check_mode)
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "plugins", "modules", "serving_plan.py"),
+                           str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "collections")), check=False)
+    assert proc.stdout, proc.stderr.decode()
+    return json.loads(proc.stdout.decode())
+
+
+def _vllm_dir(tmp_path):
+    model_dir = tmp_path / "qwen-fp8"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps({"text_config": {
+        "num_hidden_layers": 64, "hidden_size": 5120, "intermediate_size": 17408, "num_attention_heads": 24,
+        "num_key_value_heads": 4, "head_dim": 256, "full_attention_interval": 4, "mtp_num_hidden_layers": 1,
+        "vocab_size": 248320, "max_position_embeddings": 262144, "torch_dtype": "bfloat16"},
+        "quantization_config": {"quant_method": "fp8"}}))
+    with open(str(model_dir / "model.safetensors"), "wb") as f:
+        f.truncate(29 * 10 ** 9)  # sparse: the planner reads sizes only
+    return str(model_dir)
+
+
+def test_plans_both_engines_read_only(tmp_path):
+    args = {"gpus": [l20(0), l20(1), l20(2), l20(3)], "instances": [
+        {"name": "qwen36-27b", "gpus": [2, 3], "model": qwen36_27b(), "settings": SEED_SETTINGS},
+        {"name": "qwen36-27b-fp8", "engine": "vllm", "gpus": [0, 1], "model_dir": _vllm_dir(tmp_path),
+         "settings": {"tensor_parallel_size": 2, "kv_cache_dtype": "fp8_e4m3", "max_model_len": 131072,
+                      "gpu_memory_utilization": 0.92}}]}
+    result = run_module(tmp_path, args)
+    assert not result.get("failed"), result
+    assert result["changed"] is False and result["refusals"] == []
+    llama, vllm = result["plans"]["qwen36-27b"], result["plans"]["qwen36-27b-fp8"]
+    assert llama["fits"] and [g["index"] for g in llama["gpus"]] == [2, 3]
+    assert abs(llama["total_bytes"] - 33e9) < 0.15 * 33e9
+    assert vllm["fits"] and vllm["tensor_parallel_size"] == 2
+    assert vllm["weights_per_rank"] == 29 * 10 ** 9 // 2
+    assert len(result["messages"]) == 2 and result["messages"][0].startswith("qwen36-27b: GPU 2")
+    assert run_module(tmp_path, args, check_mode=True)["plans"] == result["plans"]
+
+
+def test_refusals_fail_the_task_naming_each_instance(tmp_path):
+    tight = {"index": 0, "name": "NVIDIA L4", "memory_total_mib": 23034, "memory_free_mib": 9000}
+    args = {"gpus": [tight, l20(1, free_mib=20000)], "instances": [
+        {"name": "llama-a", "gpus": [0], "model": llama_8b(), "settings": {"ctx_size": 65536, "parallel": 2}},
+        {"name": "qwen-b", "gpus": [1], "model": qwen36_27b(),
+         "settings": dict(SEED_SETTINGS, tensor_split=None)}]}
+    result = run_module(tmp_path, args)
+    assert result["failed"] and result["changed"] is False
+    assert "instance llama-a does not fit: GPU 0 (NVIDIA L4)" in result["msg"]
+    assert "instance qwen-b does not fit: GPU 1 (NVIDIA L20)" in result["msg"]
+    assert len(result["refusals"]) == 2
+    relaxed = run_module(tmp_path, dict(args, fail_on_refusal=False))
+    assert not relaxed.get("failed") and relaxed["refusals"] == result["refusals"]
+    assert relaxed["plans"]["qwen-b"]["max_ctx_size"] < 262144
+
+
+def test_bad_input_fails_with_the_reason(tmp_path):
+    result = run_module(tmp_path, {"gpus": [l20(0)], "instances": [
+        {"name": "x", "gpus": [5], "model": llama_8b(), "settings": {"ctx_size": 4096}}]})
+    assert result["failed"] and "instance x uses GPU(s) 5 that llmops_gpus does not list" in result["msg"]
