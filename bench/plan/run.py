@@ -14,7 +14,8 @@
 2. The seed: a sparse stand-in for Qwen3.6-27B-UD-Q5_K_XL.gguf (tests/fixtures/gguf/make_qwen36_header.py,
    the real header and tensor table) planned with the L20 profile's settings (inventories/l20: 262144
    context, q8_0 KV, parallel 2, unified KV, MTP 3 tokens, tensor split 0.5/0.5, ubatch 128) on two L20s;
-   the planned total beside the 33 GB the seed reports ("显存只用 33GB", read as GiB). Goal: within 15%.
+   the planned total beside the 33 GB the seed reports in use ("192GB 总显存 (用了 33GB / 18%)": 18% of the
+   4 x 46,068 MiB nvidia-smi shows is 33 GiB, so read as GiB). Goal: within 15%.
 
 Usage: .venv/bin/python bench/plan/run.py [--jobs 2] [--quick] [--keep-logs DIR]
 Needs the CPU llama-server at .cache/ci-llama/bin/llama-server (or $LLMOPS_LLAMA_SERVER).
@@ -45,7 +46,7 @@ MIB = 1 << 20
 GIB = 1 << 30
 GOAL_LOG = 0.10
 GOAL_SEED = 0.15
-SEED_REPORTED_BYTES = 33 * GIB  # seed 000/001: "显存只用 33GB" (nvidia-smi's MiB, so read as GiB)
+SEED_REPORTED_BYTES = 33 * GIB  # seed 000: "192GB 总显存 (用了 33GB / 18%)": 18% of 4 x 46,068 MiB = GiB
 PORTS = range(18160, 18180)
 START_TIMEOUT = 90
 BENCH_FLAGS = ["-lv", "4", "--threads", "1", "--no-repack", "--fit", "off", "--no-warmup"]
@@ -224,15 +225,19 @@ def seed_section(memory_plan, work):
              settings.get("cache_type_k"), settings.get("cache_type_v"), settings.get("spec_type"),
              settings.get("spec_draft_n_max"), settings.get("tensor_split"), settings.get("ubatch_size"),
              L20["memory_total_mib"], L20["memory_free_mib"]))
-    keys = ("weights", "kv", "draft_kv", "recurrent", "compute", "overhead", "total")
-    header = "%-6s %s" % ("gpu", " ".join("%10s" % k for k in keys))
+    keys = ("weights", "kv", "draft_kv", "recurrent", "compute", "draft_compute", "pipeline_copies",
+            "overhead", "total")
+    header = "%-6s %s" % ("gpu", " ".join("%*s" % (max(10, len(k)), k) for k in keys))
     print(header + "   (MiB)")
     print("-" * len(header))
     for gpu in plan["gpus"]:
-        print("%-6s %s" % (gpu.get("index"), " ".join("%10.0f" % ((gpu.get(k) or 0) / MIB) for k in keys)))
+        print("%-6s %s" % (gpu.get("index"), " ".join("%*.0f" % (max(10, len(k)), (gpu.get(k) or 0) / MIB)
+                                                      for k in keys)))
     total = plan["total_bytes"]
     ratio = total / SEED_REPORTED_BYTES
     ok = abs(ratio - 1) <= GOAL_SEED
+    print("pipeline parallelism: %s; host memory (input embedding, pinned output/compute buffers): %.0f MiB"
+          % (plan.get("pipeline_parallel"), plan["host"]["total"] / MIB))
     print("planned total %.2f GiB (%.2f GB), fits: %s; the seed reports 33 GB in use (33 GiB = %.2f GB): "
           "planned / reported = %.3f (%.3f if the seed meant 33e9 bytes)"
           % (total / GIB, total / 1e9, plan.get("fits"), SEED_REPORTED_BYTES / 1e9, ratio, total / 33e9))

@@ -62,7 +62,7 @@ def serving_env_file(instances, name, mode="host", systemd_version=None, api_key
     (container) syntax; a vLLM instance's VLLM_API_KEY from `api_keys`. Secret: only for the no_log task that
     writes the 0600 file."""
     return instance_plan.instance_env_file(instances, name, mode=mode, systemd_version=systemd_version,
-                                          api_keys=api_keys, default_engine=default_engine)
+                                           api_keys=api_keys, default_engine=default_engine)
 
 
 def serving_hardening(systemd_version, read_paths=(), mode="host"):

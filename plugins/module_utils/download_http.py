@@ -53,6 +53,7 @@ class Session:
         self.timeout = timeout
         self.validate_certs = validate_certs
         self._conns = {}
+        self.listings = {}  # a hub's file listing per URL, fetched once per run (download_source)
 
     def close(self):
         for c in self._conns.values():
@@ -100,9 +101,9 @@ class Session:
     def request(self, method, url, headers=None, auth_origin=None, follow=True):
         """Return (response, final_url).  The caller reads or closes the response.
 
-        The token goes only to ``auth_origin`` (scheme, host, port; default: the URL's own origin),
-        on every hop: never to a redirect target on another host (a CDN), another port, or plain http
-        after https."""
+        The token (and its cookie, for a hub that wants one) goes only to ``auth_origin`` (scheme, host,
+        port; default: the URL's own origin), on every hop: never to a redirect target on another host
+        (a CDN), another port, or plain http after https."""
         origin = auth_origin or url_origin(url)
         for _hop in range(10):
             p = urlsplit(url)
@@ -110,6 +111,9 @@ class Session:
             hdrs.update(headers or {})
             if self.token and url_origin(url) == origin:
                 hdrs["Authorization"] = "Bearer " + self.token
+                cookie_name = getattr(self.token, "cookie_name", None)  # download_options.HubToken
+                if cookie_name:
+                    hdrs["Cookie"] = "%s=%s" % (cookie_name, self.token)
             path = urlunsplit(("", "", p.path or "/", p.query, ""))
             resp = None
             for attempt in (0, 1):

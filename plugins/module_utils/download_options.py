@@ -21,13 +21,24 @@ __metaclass__ = type
 
 MIB = 1 << 20
 DEFAULT_ENDPOINT = "https://huggingface.co"
+# Per hub: default endpoint, default revision, and the node's environment variables for endpoint and token
+# (the ModelScope SDK reads MODELSCOPE_DOMAIN, a host name or URL, and MODELSCOPE_API_TOKEN).
+HUBS = {
+    "huggingface": {"endpoint": DEFAULT_ENDPOINT, "revision": "main", "endpoint_env": "HF_ENDPOINT",
+                    "token_env": "HF_TOKEN"},
+    "modelscope": {"endpoint": "https://www.modelscope.cn", "revision": "master",
+                   "endpoint_env": "MODELSCOPE_DOMAIN", "token_env": "MODELSCOPE_API_TOKEN"},
+}
+# ModelScope's SDK authenticates repository downloads with this cookie (its value is the access token).
+MODELSCOPE_COOKIE = "m_session_id"
 BAD_TOKEN_CHARS = re.compile(r"[\s\x00-\x1f\x7f]")
 
 # name -> Ansible argument spec entry (type, default, required, choices, no_log)
 OPTIONS = {
     "repo": {"type": "str"},
     "filename": {"type": "str"},
-    "revision": {"type": "str", "default": "main"},
+    "source": {"type": "str", "default": "huggingface", "choices": ["huggingface", "modelscope"]},
+    "revision": {"type": "str"},
     "endpoint": {"type": "str"},
     "token": {"type": "str", "no_log": True},
     "url": {"type": "str"},
@@ -62,6 +73,35 @@ def argument_spec():
     return dict((name, dict(spec)) for name, spec in OPTIONS.items())
 
 
+class HubToken(str):
+    """The token as a string, plus the cookie name the hub also expects it in (ModelScope: m_session_id);
+    download_http.Session sends both only to the token's origin."""
+
+    cookie_name = None
+
+    def __new__(cls, value, cookie_name=None):
+        token = str.__new__(cls, value)
+        token.cookie_name = cookie_name
+        return token
+
+
+def _hub_defaults(o, params):
+    """Endpoint, revision and token of a repo source from the options, else the node's environment for
+    that hub (never another hub's token), else the hub's defaults."""
+    hub = HUBS[o["source"]]
+    endpoint = params.get("endpoint") or os.environ.get(hub["endpoint_env"]) or hub["endpoint"]
+    if "://" not in endpoint:  # MODELSCOPE_DOMAIN is usually a bare host name
+        endpoint = "https://" + endpoint
+    o["endpoint"] = endpoint.rstrip("/")
+    o["revision"] = o["revision"] or hub["revision"]
+    if not o["token"]:
+        o["token"] = os.environ.get(hub["token_env"]) or None
+        if o["token"] and BAD_TOKEN_CHARS.search(o["token"]):
+            raise DownloadError("%s in the node's environment contains whitespace or control characters (a "
+                                "trailing newline?): strip it (e.g. with trim) or pass the token option; the "
+                                "token is not shown here" % hub["token_env"])
+
+
 def normalize(params):
     o = dict(DEFAULTS)
     o.update(dict((k, v) for k, v in params.items() if v is not None))
@@ -72,6 +112,11 @@ def normalize(params):
                             "comes from filename (or url)" % o["dest"])
     if bool(o["url"]) == bool(o["repo"]):
         raise DownloadError("give either url, or repo and filename (a Hugging Face style source)")
+    if o["source"] not in HUBS:
+        raise DownloadError("source must be one of %s, got %r" % (", ".join(sorted(HUBS)), o["source"]))
+    if o["url"] and o["source"] != "huggingface":
+        raise DownloadError("source: %s names a hub for repo/filename; a plain url has no hub (leave source "
+                            "unset)" % o["source"])
     if o["repo"]:
         if not o["filename"]:
             raise DownloadError("filename is required with repo (e.g. Qwen3.6-27B-UD-Q5_K_XL.gguf)")
@@ -79,19 +124,14 @@ def normalize(params):
             raise DownloadError("repo must look like 'org/name', got %r" % o["repo"])
         if ".." in o["filename"].split("/"):
             raise DownloadError("filename must not contain '..'")
-        endpoint = params.get("endpoint") or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
-        o["endpoint"] = endpoint.rstrip("/")
-        if not o["token"]:
-            o["token"] = os.environ.get("HF_TOKEN") or None
-            if o["token"] and BAD_TOKEN_CHARS.search(o["token"]):
-                raise DownloadError("HF_TOKEN in the node's environment contains whitespace or control "
-                                    "characters (a trailing newline?): strip it (e.g. with trim) or pass the "
-                                    "token option; the token is not shown here")
+        _hub_defaults(o, params)
     if o["token"] and BAD_TOKEN_CHARS.search(o["token"]):
         raise DownloadError("token contains whitespace or control characters (often a trailing newline from "
                             "a vault or file lookup): strip it, e.g. token: \"{{ vault_hf_token | trim }}\"; "
                             "the token is not shown here")
     o["token"] = o["token"] or None
+    if o["token"] and o["repo"] and o["source"] == "modelscope":
+        o["token"] = HubToken(o["token"], MODELSCOPE_COOKIE)
     o["auth_origin"] = url_origin(o["endpoint"] if o["repo"] else o["url"])
     if o["sha256"]:
         o["sha256"] = o["sha256"].strip().lower()

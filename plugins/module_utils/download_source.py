@@ -3,15 +3,23 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Where a model file comes from: the targets of a run (every part of a split GGUF set) and their
-metadata from one HEAD (the hub's sha256, size and commit, or a plain URL's size and validators).
+metadata: from one HEAD (Hugging Face: the hub's sha256, size and commit; a plain URL's size and
+validators) or from the repo's file listing (ModelScope: ``Sha256``, ``Size`` and ``Revision`` per file).
+
+ModelScope layout (as its SDK, modelscope.hub, speaks it): the listing is
+``<endpoint>/api/v1/models/<org>/<name>/repo/files?Revision=<rev>&Recursive=true``, JSON
+``{"Code": 200, "Data": {"Files": [{"Path", "Type": "blob"|"tree", "Size", "Sha256", "Revision"}]}}``;
+the bytes come from ``<endpoint>/models/<org>/<name>/resolve/<rev>/<file>``; the default revision is
+``master``.
 
 Plain Python 3.6, standard library only; importable without Ansible.
 """
 from __future__ import absolute_import, division, print_function
 
+import json
 import os
 import re
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 from ansible_collections.llmops.serving.plugins.module_utils.download_http import (
     refuse_html,
@@ -28,6 +36,7 @@ __metaclass__ = type
 SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<idx>\d{5})-of-(?P<total>\d{5})\.gguf$")
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
+LISTING_MAX_BYTES = 64 << 20  # a listing of thousands of files is a few MB; more is not a listing
 
 
 def split_parts(filename):
@@ -79,16 +88,33 @@ def build_targets(o):
         t = Target(n, None, os.path.join(dest, os.path.basename(n)))
         t.source = {"endpoint": redact_url(o["endpoint"]), "repo": o["repo"], "filename": n,
                     "revision": o["revision"]}
+        if o.get("source") == "modelscope":  # Hugging Face records stay as they were
+            t.source["hub"] = "modelscope"
         out.append(t)
     return out
 
 
+def is_modelscope(o):
+    return bool(o["repo"]) and o.get("source") == "modelscope"
+
+
 def resolve_url(o, name, revision):
-    return "%s/%s/resolve/%s/%s" % (o["endpoint"], o["repo"], quote(revision, safe=""), quote(name))
+    """Where the bytes of repo file ``name`` at ``revision`` are: the hub's resolve URL."""
+    repo_path = ("models/" + o["repo"]) if is_modelscope(o) else o["repo"]
+    return "%s/%s/resolve/%s/%s" % (o["endpoint"], repo_path, quote(revision, safe=""), quote(name))
+
+
+def listing_url(o, revision):
+    """ModelScope's recursive file listing of the repo at ``revision``."""
+    return "%s/api/v1/models/%s/repo/files?%s" % (
+        o["endpoint"], o["repo"], urlencode([("Revision", revision), ("Recursive", "true")]))
 
 
 def fetch_metadata(o, t, session, revision=None):
-    """Fill t.size/sha256/commit/etag/url from a HEAD (hub or plain url)."""
+    """Fill t.size/sha256/commit/etag/url from a HEAD (Hugging Face or plain url) or the file listing
+    (ModelScope)."""
+    if is_modelscope(o):
+        return _modelscope_metadata(o, t, session, revision or o["revision"])
     if o["url"]:
         url = o["url"]
 
@@ -140,6 +166,13 @@ def fetch_metadata(o, t, session, revision=None):
         cl = resp.getheader("Content-Length")
         t.size = int(cl) if cl and cl.isdigit() and resp.status == 200 else None
     t.etag = etag or None
+    _check_given(o, t)
+    t.url = resolve_url(o, t.name, t.commit or revision or o["revision"])
+    return t
+
+
+def _check_given(o, t):
+    """The sha256/size options pin the content: they must agree with the hub's, and then win."""
     if o["sha256"]:
         if t.sha256 and t.sha256 != o["sha256"]:
             raise DownloadError("sha256 given (%s) differs from the hub's for %s at commit %s (%s): fix "
@@ -151,5 +184,68 @@ def fetch_metadata(o, t, session, revision=None):
             raise DownloadError("size given (%s) differs from the hub's for %s (%s)"
                                 % (o["size"], t.name, t.size))
         t.size = int(o["size"])
-    t.url = resolve_url(o, t.name, t.commit or revision or o["revision"])
+
+
+def _modelscope_metadata(o, t, session, revision):
+    """ModelScope: sha256, size and the file's last commit from the listing (one GET per run and
+    revision); the bytes come from the resolve URL of the revision asked for (the listing's per-file
+    ``Revision`` is the commit that last changed the file, recorded as its commit)."""
+    entry = _modelscope_files(o, session, revision).get(t.name)
+    if entry is None:
+        raise DownloadError("%s is not in the file listing of %s at revision %s on %s: check repo, filename "
+                            "and revision (ModelScope's default branch is master)"
+                            % (t.name, o["repo"], revision, redact_url(o["endpoint"])), status=404)
+    sha = str(entry.get("Sha256") or "").strip().lower()
+    commit = str(entry.get("Revision") or "").strip().lower()
+    size = entry.get("Size")
+    t.sha256 = sha if HEX64.match(sha) else None
+    t.size = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+    t.commit = commit if HEX40.match(commit) else None
+    t.etag = None
+    _check_given(o, t)
+    t.url = resolve_url(o, t.name, revision)
     return t
+
+
+def _modelscope_files(o, session, revision):
+    """{path: listing entry} of the repo's files (not folders) at revision, cached on the session."""
+    url = listing_url(o, revision)
+    cache = getattr(session, "listings", None)
+    if cache is not None and url in cache:
+        return cache[url]
+
+    def get():
+        resp, final = session.request("GET", url, headers={"Accept": "application/json"},
+                                      auth_origin=o.get("auth_origin"))
+        if resp.status >= 400:
+            raise status_error(resp, url, "file listing of %s" % o["repo"])
+        refuse_html(resp, "file listing of %s" % o["repo"], final)
+        return resp.read(LISTING_MAX_BYTES + 1)
+    body = with_retries(get, o["retries"], o["retry_delay"], "file listing of %s" % o["repo"])
+    files = parse_listing(body, o, revision)
+    if cache is not None:
+        cache[url] = files
+    return files
+
+
+def parse_listing(body, o, revision):
+    where = "the file listing of %s at %s from %s" % (o["repo"], revision, redact_url(o["endpoint"]))
+    if len(body) > LISTING_MAX_BYTES:
+        raise DownloadError("%s is larger than %d bytes: not a file listing" % (where, LISTING_MAX_BYTES))
+    try:
+        doc = json.loads(body.decode("utf-8"))
+    except ValueError:
+        raise DownloadError("%s is not JSON: check endpoint (a ModelScope hub or mirror)" % where) from None
+    if not isinstance(doc, dict):
+        raise DownloadError("%s is not a JSON object" % where)
+    if doc.get("Code") not in (200, "200"):
+        raise DownloadError("%s answered Code %s: %s" % (where, doc.get("Code"), doc.get("Message") or "-"))
+    data = doc.get("Data")
+    files = data.get("Files") if isinstance(data, dict) else None
+    if not isinstance(files, list):
+        raise DownloadError("%s has no Data.Files list" % where)
+    out = {}
+    for entry in files:
+        if isinstance(entry, dict) and entry.get("Type", "blob") != "tree" and entry.get("Path"):
+            out[str(entry["Path"])] = entry
+    return out

@@ -777,10 +777,12 @@ def split_info(kv):
 _BLK = re.compile(r"^blk\.(\d+)\.")
 
 
-def check_block_count(struct_info, key, block_count):
+def check_block_count(struct_info, key, block_count, n_tensors=None, holder="the file"):
     """Everything per layer (layer_types, layer_bytes...) is sized by block_count, a number the file states:
-    bound it by max_block_count and, in a file with tensors, by the tensor count (every llama.cpp block has
-    at least one tensor), before anything is built from it."""
+    bound it by max_block_count and, when the model has tensors, by their count (every llama.cpp block has
+    at least one tensor), before anything is built from it. n_tensors defaults to the file's own; a part of
+    a split set holds only some of the model's tensors, so summarize() passes 0 (no bound) for it and
+    check_split_set() bounds block_count by the whole set's count."""
     if block_count is None:
         return
     limit = (struct_info.get("limits") or DEFAULT_LIMITS)["max_block_count"]
@@ -789,37 +791,30 @@ def check_block_count(struct_info, key, block_count):
         raise GGUFError("%s %d is over the limit of %d blocks (llama.cpp loads at most %d; raise "
                         "limits.max_block_count only for a real model with more)"
                         % (_clean_text(key), block_count, limit, LLAMA_MAX_LAYERS), path=path)
-    n_tensors = len(struct_info["tensors"])
+    if n_tensors is None:
+        n_tensors = len(struct_info["tensors"])
     if n_tensors and block_count > n_tensors:
-        raise GGUFError("%s %d is more than the %d tensors of the file: every block has at least one tensor"
-                        % (_clean_text(key), block_count, n_tensors), path=path)
+        raise GGUFError("%s %d is more than the %d tensors of %s: every block has at least one tensor"
+                        % (_clean_text(key), block_count, n_tensors, holder), path=path)
 
 
-def summarize(struct_info, include_kv=False):
-    """The facts gguf_info returns, built from read_structure()'s result."""
-    kv = struct_info["kv"]
-    arch = _get(kv, "general.architecture")
-    if not isinstance(arch, str) or not arch:
-        raise GGUFError("general.architecture is missing or not a string: not a llama.cpp model file",
-                        path=struct_info.get("path"))
-    p = arch + "."
-    ft = _uint(kv, "general.file_type")
-    block_count = _uint(kv, p + "block_count")
-    check_block_count(struct_info, p + "block_count", block_count)
-    nextn = _uint(kv, p + "nextn_predict_layers") or 0
-    if block_count is not None and nextn > block_count:
-        raise GGUFError("%snextn_predict_layers %d is larger than block_count %d"
-                        % (_clean_text(p), nextn, block_count),
-                        path=struct_info.get("path"))
-    kinds, source = layer_layout(kv, arch, block_count, nextn) if block_count else ([], None)
+# The figures gguf_info gives of a model's tensors: the named file's from summarize(), the whole set's once
+# add_split_set() has read every part of a split set.
+TENSOR_FIELDS = ("tensor_count", "tensor_bytes", "tensor_types", "layer_bytes", "non_layer_bytes",
+                 "non_layer_tensors")
 
+
+def tally_tensors(tensors, block_count):
+    """TENSOR_FIELDS of `tensors` (read_structure()'s list): bytes per block blk.N (N < block_count), bytes
+    outside the blocks in all and by tensor name, count and bytes per ggml type."""
     layer_bytes = [0] * (block_count or 0)
     other_bytes = 0
     # Tensors outside the blocks by name (token_embd, output, output_norm...): a planner places them apart
     # (llama.cpp keeps the input embedding in host memory and the output head with the last layer).
     other_tensors = {}
     types = {}
-    for t in struct_info["tensors"]:
+    total = 0
+    for t in tensors:
         m = _BLK.match(t["name"])
         idx = int(m.group(1)) if m else None
         if idx is not None and idx < len(layer_bytes):
@@ -830,6 +825,46 @@ def summarize(struct_info, include_kv=False):
         entry = types.setdefault(t["type"], {"count": 0, "bytes": 0})
         entry["count"] += 1
         entry["bytes"] += t["nbytes"]
+        total += t["nbytes"]
+    return {"tensor_count": len(tensors), "tensor_bytes": total, "tensor_types": types,
+            "layer_bytes": layer_bytes, "non_layer_bytes": other_bytes, "non_layer_tensors": other_tensors}
+
+
+def add_tallies(total, part):
+    """Add the TENSOR_FIELDS `part` (tally_tensors() of one part) into `total` (the same shape, as long)."""
+    for key in ("tensor_count", "tensor_bytes", "non_layer_bytes"):
+        total[key] += part[key]
+    for i, nbytes in enumerate(part["layer_bytes"]):
+        total["layer_bytes"][i] += nbytes
+    for name, nbytes in part["non_layer_tensors"].items():
+        total["non_layer_tensors"][name] = total["non_layer_tensors"].get(name, 0) + nbytes
+    for type_name, entry in part["tensor_types"].items():
+        into = total["tensor_types"].setdefault(type_name, {"count": 0, "bytes": 0})
+        into["count"] += entry["count"]
+        into["bytes"] += entry["bytes"]
+    return total
+
+
+def summarize(struct_info, include_kv=False):
+    """The facts gguf_info returns, built from read_structure()'s result: the model's keys and the named
+    file's tensors (add_split_set() makes the TENSOR_FIELDS cover a whole split set)."""
+    kv = struct_info["kv"]
+    arch = _get(kv, "general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise GGUFError("general.architecture is missing or not a string: not a llama.cpp model file",
+                        path=struct_info.get("path"))
+    p = arch + "."
+    ft = _uint(kv, "general.file_type")
+    block_count = _uint(kv, p + "block_count")
+    split = split_info(kv)
+    spread = bool(split and split["count"] and split["count"] > 1)  # bounded by the whole set's tensors
+    check_block_count(struct_info, p + "block_count", block_count, 0 if spread else None)
+    nextn = _uint(kv, p + "nextn_predict_layers") or 0
+    if block_count is not None and nextn > block_count:
+        raise GGUFError("%snextn_predict_layers %d is larger than block_count %d"
+                        % (_clean_text(p), nextn, block_count),
+                        path=struct_info.get("path"))
+    kinds, source = layer_layout(kv, arch, block_count, nextn) if block_count else ([], None)
 
     template = _get(kv, "tokenizer.chat_template")
     template = template if isinstance(template, str) else None
@@ -866,18 +901,13 @@ def summarize(struct_info, include_kv=False):
         "vocab_size": tokens.count if isinstance(tokens, GGUFArray) else _uint(kv, p + "vocab_size"),
         "chat_template": template,
         "chat_template_risks": chat_template_risks(template),
-        "split": split_info(kv),
-        "tensor_count": len(struct_info["tensors"]),
-        "tensor_bytes": struct_info["tensor_bytes"],
-        "tensor_types": types,
-        "layer_bytes": layer_bytes,
-        "non_layer_bytes": other_bytes,
-        "non_layer_tensors": other_tensors,
+        "split": split,
         "kv_count": len(kv),
         "alignment": struct_info["alignment"],
         "data_offset": struct_info["data_offset"],
         "size": struct_info["file_size"],
     }
+    info.update(tally_tensors(struct_info["tensors"], block_count))
     if include_kv:
         info["kv"] = dict((k, _plain(v[1])) for k, v in kv.items())
     return _clean(info)
@@ -924,6 +954,8 @@ def check_split_set(first_info, first_struct, limits=None, read_part=None):
                         "parts cannot be found" % (count, count), path=path)
     if len(parts) != count:
         raise GGUFError("file name says %d parts but split.count is %d" % (len(parts), count), path=path)
+    declared = split.get("tensors_count")
+    _check_set_counts(first_struct, limits, count, declared, path)
     missing = [] if read_part else [p for p in parts if not os.path.isfile(p)]
     if missing:
         shown = ", ".join(missing[:5]) + (" and %d more" % (len(missing) - 5) if len(missing) > 5 else "")
@@ -932,9 +964,13 @@ def check_split_set(first_info, first_struct, limits=None, read_part=None):
     if read_part is None:
         def read_part(name):
             return read_structure(name, limits)
+    # The parts' running total of tensors is checked as they are read: a set whose parts hold more tensors
+    # than it declares fails at the part that overflows, and the per-part figures kept stay within what
+    # max_tensors allows for one file.
+    most = declared if declared is not None else _limits_of(first_struct, limits)["max_tensors"]
+    block_count = first_info.get("block_count")
+    figures = []
     total_tensors = 0
-    total_size = 0
-    tensor_bytes = 0
     for i, part in enumerate(parts):
         s = first_struct if part == path else read_part(part)
         kv = s["kv"]
@@ -945,21 +981,61 @@ def check_split_set(first_info, first_struct, limits=None, read_part=None):
         if sp.get("count") != count:
             raise GGUFError("split.count is %r, expected %d like the first part" % (sp.get("count"), count),
                             path=part)
-        if sp.get("tensors_count") != split.get("tensors_count"):
+        if sp.get("tensors_count") != declared:
             raise GGUFError("split.tensors.count is %r, the other parts say %r"
-                            % (sp.get("tensors_count"), split.get("tensors_count")), path=part)
+                            % (sp.get("tensors_count"), declared), path=part)
         arch = _get(kv, "general.architecture")
         if i > 0 and arch is not None and arch != first_info["architecture"]:
             raise GGUFError("architecture %r differs from the first part's %r"
                             % (arch, first_info["architecture"]), path=part)
         total_tensors += len(s["tensors"])
-        total_size += s["file_size"]
-        tensor_bytes += s["tensor_bytes"]
-    if split.get("tensors_count") is not None and total_tensors != split["tensors_count"]:
+        if total_tensors > most:
+            raise GGUFError("parts 1 to %d of %d already hold %d tensors, more than the %d of %s"
+                            % (i + 1, count, total_tensors, most,
+                               "split.tensors.count" if declared is not None else "limit max_tensors"),
+                            path=part)
+        figures.append(dict(_clean(tally_tensors(s["tensors"], block_count)), path=part, size=s["file_size"]))
+    if declared is not None and total_tensors != declared:
         raise GGUFError("the %d parts hold %d tensors but split.tensors.count is %d"
-                        % (count, total_tensors, split["tensors_count"]), path=path)
-    return {"parts": parts, "count": count, "tensor_count": total_tensors, "size": total_size,
-            "tensor_bytes": tensor_bytes}
+                        % (count, total_tensors, declared), path=path)
+    check_block_count(first_struct, "%s.block_count" % first_info["architecture"], block_count, total_tensors,
+                      "the %d parts of the split set" % count)
+    return {"parts": figures, "count": count, "tensor_count": total_tensors,
+            "size": sum(f["size"] for f in figures), "tensor_bytes": sum(f["tensor_bytes"] for f in figures)}
+
+
+def _limits_of(struct_info, limits):
+    return struct_info.get("limits") or _check_limits(limits)
+
+
+def _check_set_counts(first_struct, limits, count, declared, path):
+    """Bound what a split set declares before any other part is read: its tensors by max_tensors (the limit
+    of one file bounds a whole set too) and its parts by its tensors (only the first part may hold none)."""
+    if declared is None:
+        return
+    max_tensors = _limits_of(first_struct, limits)["max_tensors"]
+    if declared > max_tensors:
+        raise GGUFError("split.tensors.count %d is over the limit of %d tensors (max_tensors, which bounds a "
+                        "whole split set too)" % (declared, max_tensors), path=path)
+    if count > declared + 1:
+        raise GGUFError("split.count %d is more than split.tensors.count %d + 1: every part but the first "
+                        "holds at least one tensor" % (count, declared), path=path)
+
+
+def add_split_set(info, struct_info, limits=None, read_part=None):
+    """summarize()'s `info` completed for a split set: check_split_set() as RV(split_set), and the
+    TENSOR_FIELDS (layer_bytes, non_layer_tensors, tensor_bytes...) made the WHOLE set's, so that a memory
+    planner reading them plans the whole model; the named file's own figures stay in split_set.parts[i]
+    (i = split.no). info is returned unchanged when the file is not part of a split set."""
+    split_set = check_split_set(info, struct_info, limits, read_part=read_part)
+    if split_set is None:
+        return info
+    total = tally_tensors([], info.get("block_count"))
+    for figures in split_set["parts"]:
+        add_tallies(total, figures)
+    info.update(total)
+    info["split_set"] = split_set
+    return info
 
 
 # ---------------------------------------------------------------------------------------------------------

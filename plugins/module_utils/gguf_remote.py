@@ -43,6 +43,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_options im
 from ansible_collections.llmops.serving.plugins.module_utils.download_source import (
     Target,
     fetch_metadata,
+    is_modelscope,
     resolve_url,
 )
 
@@ -54,8 +55,8 @@ MAX_WINDOW = 64 * MIB
 
 # The options of a remote source, with model_download's names; the defaults that differ from model_download's
 # suit a read of a few MB (model_download retries a 19 GB transfer 8 times, 2 s backoff first).
-REMOTE_OPTIONS = ("url", "repo", "filename", "revision", "endpoint", "token", "validate_certs", "timeout",
-                  "retries", "retry_delay")
+REMOTE_OPTIONS = ("url", "source", "repo", "filename", "revision", "endpoint", "token", "validate_certs",
+                  "timeout", "retries", "retry_delay")
 REMOTE_DEFAULTS = {"retries": 2, "retry_delay": 1.0}
 
 # normalize() validates a download destination; gguf_info writes nothing, this is never created or read.
@@ -143,7 +144,9 @@ class RemoteGGUF(object):
         t = Target(filename, None, None)
         if o["url"]:
             return fetch_metadata(dict(o, url=self._file_url(filename)), t, self.session)
-        return fetch_metadata(o, t, self.session, revision=self.commit)
+        # ModelScope's listing gives each file's last commit, not the branch head: parts are read at the
+        # revision as given there (their sha256 still comes from one listing).
+        return fetch_metadata(o, t, self.session, revision=None if is_modelscope(o) else self.commit)
 
     def _read(self, filename, limits):
         name = self.name_of(filename)
@@ -184,12 +187,13 @@ class RemoteGGUF(object):
         return DownloadError(scrub(msg, self.token), **exc.result)
 
     def inspect(self, limits=None, include_kv=False, check_split=True):
-        """Like gguf_info on a local file: summarize() of the named file, split_set for a split set (every
-        part's header read), plus "remote": report()."""
+        """Like gguf_info on a local file: summarize() of the named file; for a split set, every part's header
+        read, split_set added and the tensor figures made the whole set's (gguf.add_split_set()); plus
+        "remote": report()."""
         structure = self.read_structure(limits)
         result = gguf.summarize(structure, include_kv=include_kv)
         if check_split and result["split"]:
-            result["split_set"] = gguf.check_split_set(result, structure, limits, read_part=self.read_part)
+            gguf.add_split_set(result, structure, limits, read_part=self.read_part)
         result["remote"] = self.report()
         return result
 

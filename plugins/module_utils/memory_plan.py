@@ -43,6 +43,8 @@ DEFAULT_BATCH = 2048
 DEFAULT_UBATCH = 512
 DEFAULT_DRAFT_N_MAX = 3
 AUTO_PARALLEL = 4            # --parallel -1 (the default): 4 slots with a unified KV cache
+# ggml/CMakeLists.txt GGML_SCHED_MAX_COPIES: graph-input copies per device under pipeline parallelism
+DEFAULT_SCHED_COPIES = 4
 CTX_PAD = 256                # llama_context pads n_ctx (and n_ctx_seq) to 256
 # Speculative types whose draft needs partial rollback of the recurrent state (common.h need_n_rs_seq).
 RS_ROLLBACK_SPEC_TYPES = ("draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")
@@ -150,6 +152,9 @@ def llama_settings(model, settings):
         "n_rs_seq": n_draft if any(t in RS_ROLLBACK_SPEC_TYPES for t in types) else 0,
         # server_output_limits: n_parallel x (1 + draft) outputs per batch, at most n_batch
         "n_outputs_max": max(1, min(batch, parallel * (1 + n_draft))),
+        # common.h: sampling.backend_sampling (-bs, default off); speculative draft.backend_sampling (on)
+        "backend_sampling": _bool(settings.get("backend_sampling") or False),
+        "draft_backend_sampling": _bool(settings.get("spec_draft_backend_sampling", True)),
     }
 
 
@@ -236,18 +241,94 @@ def _compute_bytes(model, s, attn_layers, all_layers, n_outputs_max):
     1024-32768, ubatch 64-512, parallel 1-8, unified or not, flash attention on/off, q8_0/q4_0/f16 KV, MTP
     drafts of 2 and 3): every compute buffer within 0.5 MiB of the log (most within 0.1 MiB), every total
     within 1.6 % (test_memory_plan.py keeps some of the logged figures)."""
-    tokens = s["ubatch"]
+    mask, work, logits = _compute_parts(model, s, attn_layers, all_layers, n_outputs_max)
+    return max(mask + work, logits)
+
+
+def _kq_mask_bytes(s):
+    """The KQ mask graph input: n_kv x n_ubatch, F16 with flash attention, F32 without."""
     n_kv = s["ctx_size"] if s["kv_unified"] else s["ctx_seq"]
+    return n_kv * s["ubatch"] * (2 if s["flash_attn"] else 4)
+
+
+def _compute_parts(model, s, attn_layers, all_layers, n_outputs_max):
+    """(mask and KQ scores, layer intermediates, logits) in bytes: the pieces of _compute_bytes."""
+    tokens = s["ubatch"]
     mask = kq = 0
     if attn_layers:
-        mask = n_kv * tokens * (2 if s["flash_attn"] else 4)
+        mask = _kq_mask_bytes(s)
         if not s["flash_attn"]:
+            n_kv = s["ctx_size"] if s["kv_unified"] else s["ctx_seq"]
             n_head = max(_head_dims(model, il)[0] for il in attn_layers)
             kq = n_kv * tokens * n_head * 4
     n_out = min(tokens, n_outputs_max)
     logits = (int(model.get("vocab_size") or 0) + 2 * int(model.get("embedding_length") or 0)) * n_out * 4
     work = tokens * 4 * _work_floats_per_token(model, all_layers)
-    return max(mask + kq + work, logits)
+    return mask + kq, work, logits
+
+
+def _best_fit_growth(blocks, sizes):
+    """ggml_dyn_tallocr_alloc (ggml/src/ggml-alloc.c): each tensor goes to the smallest free block that holds
+    it; when none does, to the last block, which grows the buffer. `blocks`: free block sizes, the last one
+    at the end of the buffer. Returns by how many bytes the buffer grows."""
+    blocks = list(blocks)
+    grow = 0
+    for size in sizes:
+        fitting = [i for i, b in enumerate(blocks) if b >= size]
+        if fitting:
+            best = min(fitting, key=lambda i: (blocks[i], -i))
+            blocks[best] -= size
+        else:
+            grow += size - blocks[-1]
+            blocks[-1] = 0
+    return grow
+
+
+def _sampling_compute_bytes(model, s, attn_layers, all_layers, n_outputs_max, type_k):
+    """The compute buffer once backend samplers are attached (llama_context::set_sampler sets
+    sched_need_reserve; sched_reserve then reserves the graph again with llm_graph_context::build_sampling):
+    the logits stay (a graph output) and ggml_pad copies them into n_outputs + 1 rows of n_vocab F32, beside
+    them (the per-sequence top-k views and results are small). Whether the two fit in the memory the layers
+    freed is ggml-alloc's best fit: the mask's block and the tail after it, split by the residual stream
+    (n_embd x n_ubatch F32) with an F16 cache; merged into one block with a quantized cache (whose rotation
+    inputs change the order) or when the logits outgrow the layers. Calibrated on the CPU build's MTP draft
+    contexts (10 settings, all within 1.2 % of the second reservation) and a main context with -bs."""
+    mask, work, logits = _compute_parts(model, s, attn_layers, all_layers, n_outputs_max)
+    first = max(mask + work, logits)
+    n_vocab = int(model.get("vocab_size") or 0)
+    if not n_vocab:
+        return first
+    n_out = min(s["ubatch"], n_outputs_max)
+    residual = int(model.get("embedding_length") or 0) * s["ubatch"] * 4
+    logits_rows = n_vocab * n_out * 4
+    padded = n_vocab * (n_out + 1) * 4
+    trunk = mask + work
+    quantized = GGML_TYPES.get(type_k, (1, 0))[0] > 1
+    if quantized or logits > trunk or not mask:
+        blocks = [max(trunk - residual, 0)]
+    else:
+        blocks = [mask, max(trunk - mask - 2 * residual, 0)]
+    return max(first, trunk + _best_fit_growth(blocks, (logits_rows, padded)))
+
+
+def _draft_compute_bytes(model, s, nextn):
+    """The MTP draft context's compute buffer: its first reservation, or the second one after
+    common_speculative's draft-mtp init attaches a top-k backend sampler chain per sequence
+    (common/speculative.cpp, llama_set_sampler(ctx_dft, seq, chain); on unless
+    --no-spec-draft-backend-sampling), whichever is larger. One output per sequence."""
+    if s["draft_backend_sampling"]:
+        return _sampling_compute_bytes(model, s, nextn, nextn, s["parallel"], s["draft_type_k"])
+    return _compute_bytes(model, s, nextn, nextn, s["parallel"])
+
+
+def _main_compute_bytes(model, s, attn_layers, all_layers, n_outputs_max):
+    """The target context's compute buffer; with --backend-sampling (setting backend_sampling, off by
+    default) common_init_from_params gives the context a sampler chain per sequence at creation and the server
+    sets one per slot, so its graph carries the sampling tensors (measured with the tiny llama model, -bs:
+    +0.76 MiB at parallel 1, +2.70 MiB at parallel 4 on 128k-token vocabulary)."""
+    if s["backend_sampling"] and n_outputs_max:
+        return _sampling_compute_bytes(model, s, attn_layers, all_layers, n_outputs_max, s["type_k"])
+    return _compute_bytes(model, s, attn_layers, all_layers, n_outputs_max)
 
 
 def _output_buffer_bytes(model, s):
@@ -283,7 +364,7 @@ def llama_cpp_breakdown(model, settings):
         "kv": kv_bytes_per_cell(model, attn, s["type_k"], s["type_v"]) * s["ctx_size"],
         # llama_memory_recurrent: max(1, n_seq_max) cells, each with 1 + n_rs_seq rollback rows
         "recurrent": len(recurrent) * recurrent_bytes_per_row(model) * s["parallel"] * (1 + s["n_rs_seq"]),
-        "compute": _compute_bytes(model, s, attn, trunk, s["n_outputs_max"]),
+        "compute": _main_compute_bytes(model, s, attn, trunk, s["n_outputs_max"]),
         "output": _output_buffer_bytes(model, s),
         "draft_kv": 0,
         "draft_compute": 0,
@@ -293,7 +374,7 @@ def llama_cpp_breakdown(model, settings):
         # nextn blocks only, in the draft cache types, n_rs_seq 0, one output per sequence.
         draft_cell = kv_bytes_per_cell(model, nextn, s["draft_type_k"], s["draft_type_v"])
         result["draft_kv"] = draft_cell * s["ctx_size"]
-        result["draft_compute"] = _compute_bytes(model, s, nextn, nextn, s["parallel"])
+        result["draft_compute"] = _draft_compute_bytes(model, s, nextn)
         result["output"] += _output_buffer_bytes(model, s)
     result["total"] = sum(result.values())
     return result
@@ -391,13 +472,14 @@ def _place(model, s, positions, n_devices):
         is_out = target is out
         if layers or is_out:
             attn = [il for il in layers if kinds[il] == "attention"]
-            target["compute"] = _compute_bytes(model, s, attn, layers, s["n_outputs_max"] if is_out else 0)
+            target["compute"] = _main_compute_bytes(model, s, attn, layers,
+                                                    s["n_outputs_max"] if is_out else 0)
         elif target is host:
             # the input embedding's get_rows output and the graph inputs, in host memory
             target["compute"] = int(model.get("embedding_length") or 0) * s["ubatch"] * 4
         nextn = [il for il in layers_on[pos] if kinds[il] == "nextn"]
         if s["mtp"] and nextn:
-            target["draft_compute"] = _compute_bytes(model, s, nextn, nextn, s["parallel"])
+            target["draft_compute"] = _draft_compute_bytes(model, s, nextn)
     return devices, host, layers_on
 
 
@@ -431,12 +513,44 @@ def _placement_positions(model, s, settings, gpus, fractions):
     return assign_layers(n_layer_all, n_gpu_layers, fractions)
 
 
+def pipeline_parallel(settings, positions, n_devices):
+    """llama_context's constructor (src/llama-context.cpp, "enabling pipeline parallelism in the scheduler
+    increases memory usage, so it is only done when necessary"): several devices, every layer and the output
+    offloaded (n_gpu_layers > n_layer_all), split mode layer, offload_kqv (no --no-kv-offload) and no tensor
+    overrides (-ot, --cpu-moe); CUDA devices have the async compute and events it also needs."""
+    split_mode = str(settings.get("split_mode") or "layer").lower()
+    return (n_devices > 1 and split_mode == "layer" and all(p is not None for p in positions)
+            and not _bool(settings.get("no_kv_offload") or False)
+            and not settings.get("override_tensor") and not _bool(settings.get("cpu_moe") or False)
+            and not settings.get("n_cpu_moe"))
+
+
+def _pipeline_copies_bytes(model, s, settings, layers_on, pos):
+    """With pipeline parallelism ggml_backend_sched_new gets n_copies = GGML_SCHED_MAX_COPIES (4 unless the
+    build sets it; setting sched_max_copies) and ggml_backend_sched_split_graph (ggml/src/ggml-backend.cpp)
+    makes that many copies of every graph input and every split input on the device that reads it, flagged
+    input and output so ggml-alloc never frees or reuses them. The compute buffer is not copied whole: per GPU
+    it holds copies x the KQ mask (instead of one that the layers reuse) and copies x the activations entering
+    from the previous GPU (n_embd x n_ubatch F32)."""
+    copies = _int(settings, "sched_max_copies", DEFAULT_SCHED_COPIES)
+    kinds = _layer_kinds(model)
+    layers = [il for il in layers_on[pos] if kinds[il] != "nextn"]
+    extra = 0
+    if any(kinds[il] == "attention" for il in layers):
+        extra += copies * _kq_mask_bytes(s)
+    if pos > 0:
+        extra += copies * int(model.get("embedding_length") or 0) * s["ubatch"] * 4
+    return extra
+
+
 def _device_plan(model, s, settings, gpus, fractions, overhead_mib, basis):
     positions = _placement_positions(model, s, settings, gpus, fractions)
     devices, host, layers_on = _place(model, s, positions, len(gpus))
+    pipeline = pipeline_parallel(settings, positions, len(gpus))
     rows = []
     for pos, gpu in enumerate(gpus):
         d = devices[pos]
+        d["pipeline_copies"] = _pipeline_copies_bytes(model, s, settings, layers_on, pos) if pipeline else 0
         d["overhead"] = int(overhead_mib) * MIB
         d["total"] = sum(d.values())
         budget = _gpu_budget_mib(gpu, basis)
@@ -464,7 +578,8 @@ def _derive_split(model, s, settings, gpus, overhead_mib, min_headroom_mib, basi
     room = []
     for pos, gpu in enumerate(gpus):
         r = rows[pos]
-        fixed = r["compute"] + r["draft_compute"] + (_output_head_bytes(model) if r["output_head"] else 0)
+        fixed = r["compute"] + r["draft_compute"] + r["pipeline_copies"] \
+            + (_output_head_bytes(model) if r["output_head"] else 0)
         budget = (_gpu_budget_mib(gpu, basis) - int(overhead_mib) - int(min_headroom_mib)) * MIB - fixed
         room.append(max(budget, 0))
     if not sum(room) or not per_layer_total:
@@ -535,6 +650,7 @@ def plan_llama_cpp(model, gpus, settings, name="instance", overhead_mib=DEFAULT_
         "ctx_size": s["ctx_size"], "parallel": s["parallel"], "kv_unified": s["kv_unified"],
         "tensor_split": fractions if len(gpus) > 1 else None, "tensor_split_derived": derived,
         "host": host, "gpus": rows,
+        "pipeline_parallel": any(r.get("pipeline_copies") for r in rows),
         "total_bytes": sum(r["total"] for r in rows),
         "max_ctx_size": max_ctx, "max_parallel": max_parallel,
     }
@@ -544,6 +660,52 @@ def plan_llama_cpp(model, gpus, settings, name="instance", overhead_mib=DEFAULT_
     plan["suggestions"] = [] if fits else _llama_suggestions(plan, s, settings, fits_with, rows, gpus,
                                                              other_gpus, min_headroom_mib)
     plan["refusal"] = None if fits else _refusal(plan, rows, min_headroom_mib)
+    return plan
+
+
+def plan_llama_cpp_host(model, settings, name="instance", host_memory_mib=None,
+                        min_headroom_mib=DEFAULT_MIN_HEADROOM_MIB):
+    """Plan a llama-server instance that runs on the CPU (no GPU, or n_gpu_layers 0): everything
+    llama_cpp_breakdown counts is host memory. `host_memory_mib`: the node's RAM (ansible_memtotal_mb);
+    None plans without a fits decision (fits None)."""
+    settings = dict(settings or {})
+    breakdown = llama_cpp_breakdown(model, settings)
+    s = llama_settings(model, settings)
+    host = dict(breakdown)
+    total_mib = int((host["total"] + MIB - 1) // MIB)
+    headroom = None if host_memory_mib is None else int(host_memory_mib) - total_mib
+    fits = None if headroom is None else headroom >= int(min_headroom_mib)
+    plan = {
+        "name": name, "engine": "llama.cpp", "fits": fits, "device": "host",
+        "ctx_size": s["ctx_size"], "parallel": s["parallel"], "kv_unified": s["kv_unified"],
+        "tensor_split": None, "tensor_split_derived": False, "pipeline_parallel": False,
+        "host": host, "host_memory_mib": host_memory_mib, "host_headroom_mib": headroom, "gpus": [],
+        "total_bytes": host["total"], "max_ctx_size": None, "max_parallel": None, "suggestions": [],
+    }
+    if fits is not None:
+        def fits_host(**changes):
+            try:
+                used = llama_cpp_breakdown(model, dict(settings, **changes))["total"]
+            except PlanError:
+                return False
+            return int(host_memory_mib) - int((used + MIB - 1) // MIB) >= int(min_headroom_mib)
+        limit = max(int(model.get("context_length") or 0), s["ctx_size"])
+        plan["max_ctx_size"] = _largest(lambda c: fits_host(ctx_size=c), CTX_PAD, limit, CTX_PAD)
+        plan["max_parallel"] = _largest(lambda p: fits_host(parallel=p), 1, max(64, s["parallel"]))
+    plan["message"] = "%s: host memory %s used%s" % (
+        name, _mib(host["total"]),
+        "" if headroom is None else ", {:,} MiB headroom of {:,} MiB".format(headroom, int(host_memory_mib)))
+    plan["refusal"] = None
+    if fits is False:
+        if plan["max_ctx_size"]:
+            plan["suggestions"].append({"settings": {"ctx_size": plan["max_ctx_size"]},
+                                        "text": "ctx_size %d" % plan["max_ctx_size"]})
+        short = "{:,} MiB".format(int(min_headroom_mib) - headroom)
+        plan["refusal"] = "instance %s does not fit in host memory: needs %s plus %s headroom, the node " \
+            "has %s: short by %s" % (name, _mib(host["total"]), "{:,} MiB".format(int(min_headroom_mib)),
+                                     "{:,} MiB".format(int(host_memory_mib)), short)
+        if plan["suggestions"]:
+            plan["refusal"] += ". Would fit: " + plan["suggestions"][0]["text"]
     return plan
 
 
@@ -780,19 +942,63 @@ def plan_instance(engine, model, gpus, settings, name="instance", **options):
     raise PlanError("instance %s: unknown engine %r (llama.cpp or vllm)" % (name, engine))
 
 
+def _model_not_on_node(inst, engine):
+    """Why an instance's model cannot be read on this node (None when it can or is given as metadata)."""
+    if isinstance(inst.get("model"), dict):
+        return None
+    path = inst.get("model_dir") if engine == "vllm" else inst.get("model_path")
+    if engine == "vllm" and not path and isinstance(inst.get("model"), str):
+        path = inst["model"]
+    if not path:
+        return None
+    check = os.path.join(path, "config.json") if engine == "vllm" else path
+    if not os.path.exists(check):
+        return "%s is not on the node yet" % check
+    return None
+
+
 def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, basis="free",
-                   summarize_vllm=vllm_model_summary):
+                   summarize_vllm=vllm_model_summary, read_gguf=None, host_memory_mib=None):
     """The serving_plan module's work: one plan per instance. `instances`: dicts with name, engine, gpus
-    (physical indexes), settings and model (gguf_info's result; for vLLM the model directory as `model_dir`
-    or a string `model`, read with summarize_vllm). Returns (plans by name, messages, refusals)."""
+    (physical indexes), settings and model (gguf_info's result, or `model_path` read with read_gguf; for vLLM
+    the model directory as `model_dir` or a string `model`, read with summarize_vllm). `gpus`: the
+    llmops_gpus fact or its `gpus` list. A llama.cpp instance with no GPUs (none given and none on the host,
+    or n_gpu_layers 0) is planned in host memory against host_memory_mib. Returns (plans by name, messages,
+    refusals)."""
+    if isinstance(gpus, dict):
+        gpus = gpus.get("gpus") or []  # the whole llmops_gpus fact
     by_index = dict((str(g.get("index")), g) for g in (gpus or []))
     plans, messages, refusals = {}, [], []
     for n, inst in enumerate(instances or []):
         name = str(inst.get("name") or "instance%d" % n)
         engine = str(inst.get("engine") or "llama.cpp").lower()
+        model = inst.get("model")
+        unknown = _model_not_on_node(inst, engine)
+        if unknown:
+            # A check-mode first run, or a model the model role does not manage yet: nothing to plan from.
+            plans[name] = {"name": name, "engine": engine, "fits": None, "planned": False, "refusal": None,
+                           "message": "%s: not planned: %s" % (name, unknown)}
+            messages.append(plans[name]["message"])
+            continue
+        if engine != "vllm" and not isinstance(model, dict) and inst.get("model_path"):
+            if read_gguf is None:
+                raise PlanError("instance %s: model_path given but no GGUF reader" % name)
+            model = read_gguf(inst["model_path"])
+        settings = inst.get("settings") or {}
         indexes = inst.get("gpus")
         if indexes is None or indexes == []:
             indexes = [g.get("index") for g in (gpus or [])]
+        if engine != "vllm" and (not indexes or _int(settings, "n_gpu_layers", -1) == 0):
+            if not isinstance(model, dict):
+                raise PlanError("instance %s: model must be gguf_info's result (a dict) or model_path" % name)
+            options = {} if min_headroom_mib is None else {"min_headroom_mib": min_headroom_mib}
+            plan = plan_llama_cpp_host(model, settings, name=name, host_memory_mib=host_memory_mib, **options)
+            plan["planned"] = True
+            plans[name] = plan
+            messages.append(plan["message"])
+            if plan["refusal"]:
+                refusals.append(plan["refusal"])
+            continue
         if not isinstance(indexes, list):
             indexes = [indexes]
         missing = [str(i) for i in indexes if str(i) not in by_index]
@@ -801,12 +1007,18 @@ def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, ba
                             % (name, ", ".join(missing), ", ".join(sorted(by_index)) or "none"))
         chosen = [by_index[str(i)] for i in indexes]
         others = [g for g in (gpus or []) if g not in chosen]
-        model = inst.get("model")
         if engine == "vllm" and not isinstance(model, dict):
             model_dir = inst.get("model_dir") or model
             if not model_dir:
                 raise PlanError("instance %s (vllm) has no model_dir" % name)
             model = summarize_vllm(model_dir)
+            if not model.get("num_hidden_layers") or not model.get("weights_bytes"):
+                plans[name] = {"name": name, "engine": engine, "fits": None, "planned": False,
+                               "refusal": None,
+                               "message": "%s: not planned: %s has no layer count in config.json or no "
+                                          "*.safetensors weights" % (name, model_dir)}
+                messages.append(plans[name]["message"])
+                continue
         if not isinstance(model, dict):
             raise PlanError("instance %s: model must be gguf_info's result (a dict)" % name)
         options = {"other_gpus": others, "basis": basis}
@@ -814,7 +1026,8 @@ def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, ba
             options["overhead_mib"] = overhead_mib
         if min_headroom_mib is not None:
             options["min_headroom_mib"] = min_headroom_mib
-        plan = plan_instance(engine, model, chosen, inst.get("settings") or {}, name=name, **options)
+        plan = plan_instance(engine, model, chosen, settings, name=name, **options)
+        plan["planned"] = True
         plans[name] = plan
         messages.append(plan["message"])
         if plan["refusal"]:

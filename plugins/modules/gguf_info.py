@@ -42,7 +42,8 @@ description:
     sha256; let model_download verify it once (a file already in O(path) with the expected size is hashed
     and recorded by it) to make later runs fast.
   - For the first part of a split set (C(NAME-00001-of-00003.gguf)), checks that every part exists, parses
-    and agrees on C(split.count) and C(split.tensors.count).
+    and agrees on C(split.count) and C(split.tensors.count), and returns the tensor figures of the whole
+    set (each part's own in RV(split_set)).
   - Plans before downloading - with O(url), or O(repo) and O(filename), reads the header of a GGUF that is
     not downloaded yet from the hub or mirror with HTTP Range requests (windows of 1 MiB, doubling as the
     parser needs more; the tensor data is never requested) and returns the same facts as for a local file,
@@ -68,10 +69,19 @@ options:
   filename:
     description: File in O(repo), may include a folder; for a split set, any part's name.
     type: str
-  revision:
-    description: Branch, tag or 40-hex commit id in O(repo); the parts of a split set are read at one commit.
+  source:
+    description:
+      - The hub O(repo) lives on, as for model_download - V(huggingface) (or a mirror of it) or V(modelscope)
+        (or a mirror of it). It decides the URL layout, where size and sha256 come from, and the default
+        O(endpoint) and O(revision). Not used with O(url).
     type: str
-    default: main
+    default: huggingface
+    choices: [huggingface, modelscope]
+  revision:
+    description:
+      - Branch, tag or 40-hex commit id in O(repo); the parts of a split set are read at one commit (Hugging
+        Face). When not set, C(main) (Hugging Face) or C(master) (ModelScope).
+    type: str
   endpoint:
     description:
       - Base URL of the hub or mirror serving O(repo) (C(https://hf-mirror.com)); defaults to C(HF_ENDPOINT)
@@ -111,7 +121,10 @@ options:
     type: bool
     default: false
   check_split:
-    description: For a part of a split set, check that all parts exist and are consistent.
+    description:
+      - For a part of a split set, check that all parts exist and are consistent, and make the tensor
+        figures (RV(layer_bytes), RV(non_layer_tensors), RV(tensor_bytes)...) cover the whole set.
+      - When false, those figures are the named file's alone (a fraction of the model).
     type: bool
     default: true
   include_kv:
@@ -124,7 +137,7 @@ options:
     default: {}
     suboptions:
       max_tensors:
-        description: Most tensors a file may declare.
+        description: Most tensors a file may declare; also bounds the whole of a split set.
         type: int
         default: 65536
       max_kv:
@@ -330,34 +343,50 @@ split:
   returned: always
   type: dict
 split_set:
-  description: For a split set with O(check_split), the parts, their count, tensor count and total size.
+  description:
+    - For a split set with O(check_split), C(count) (parts), C(tensor_count), C(size) (bytes of all parts) and
+      C(tensor_bytes) of the whole set, and C(parts), one entry per part in order with its C(path) (a URL
+      for a remote source), its file C(size) and its own C(tensor_count), C(tensor_bytes), C(tensor_types),
+      C(layer_bytes), C(non_layer_bytes) and C(non_layer_tensors).
+    - The named file's own figures are C(parts[split.no]); the top-level figures cover the whole set.
   returned: when the file is part of a split set and O(check_split) is true
   type: dict
+  sample: {"count": 2, "tensor_count": 851, "size": 19465310208, "tensor_bytes": 19459000000,
+           "parts": [{"path": "/m/Q5-00001-of-00002.gguf", "size": 9732655104, "tensor_count": 425,
+                      "tensor_bytes": 9726000000, "tensor_types": {}, "layer_bytes": [],
+                      "non_layer_bytes": 1055129600, "non_layer_tensors": {}}]}
 tensor_count:
-  description: Number of tensors in this file.
+  description:
+    - Number of tensors of the model - of the whole set for a split set with O(check_split), else of this file
+      (the same holds for every tensor figure below).
   returned: always
   type: int
 tensor_bytes:
-  description: Sum of the tensor sizes in bytes.
+  description: Sum of the tensor sizes in bytes (the whole split set with O(check_split)).
   returned: always
   type: int
 tensor_types:
-  description: Per ggml type, the count and bytes of tensors.
+  description: Per ggml type, the count and bytes of tensors (the whole split set with O(check_split)).
   returned: always
   type: dict
   sample: {"Q5_K": {"count": 400, "bytes": 17000000000}}
 layer_bytes:
-  description: Bytes of the tensors of each block C(blk.N), in block order.
+  description:
+    - Bytes of the tensors of each block C(blk.N), in block order.
+    - For a split set with O(check_split), summed over all parts (a block may span two parts); the memory
+      planner reads these, so they must cover the whole model.
   returned: always
   type: list
   elements: int
 non_layer_bytes:
-  description: Bytes of tensors outside the blocks (embeddings, output head).
+  description: Bytes of tensors outside the blocks (embeddings, output head); the whole split set with
+    O(check_split).
   returned: always
   type: int
 non_layer_tensors:
   description:
-    - Bytes of each tensor outside the blocks, by tensor name.
+    - Bytes of each tensor outside the blocks, by tensor name (over all parts of a split set with
+      O(check_split)).
     - The memory planner places them apart (llama.cpp keeps C(token_embd) in host memory, the output head with
       the last layer).
   returned: always
@@ -376,7 +405,7 @@ data_offset:
   returned: always
   type: int
 size:
-  description: File size in bytes.
+  description: File size in bytes (this file; a split set's total is C(size) in RV(split_set)).
   returned: always
   type: int
 kv:
@@ -422,7 +451,8 @@ def main():
             url=dict(type="str"),
             repo=dict(type="str"),
             filename=dict(type="str"),
-            revision=dict(type="str", default="main"),
+            source=dict(type="str", default="huggingface", choices=["huggingface", "modelscope"]),
+            revision=dict(type="str"),
             endpoint=dict(type="str"),
             token=dict(type="str", no_log=True),
             validate_certs=dict(type="bool", default=True),
@@ -463,7 +493,7 @@ def main():
         structure = gguf.read_structure(path, p["limits"])
         result = gguf.summarize(structure, include_kv=p["include_kv"])
         if p["check_split"] and result["split"]:
-            result["split_set"] = gguf.check_split_set(result, structure, p["limits"])
+            gguf.add_split_set(result, structure, p["limits"])
     except gguf.GGUFError as exc:
         module.fail_json(msg="GGUF check failed: %s" % exc, path=path, offset=exc.offset, verified=False)
     except ValueError as exc:

@@ -11,14 +11,18 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: model_download
-short_description: Download a model file from a Hugging Face style hub or a URL, resumable and verified
+short_description: Download a model file from Hugging Face, ModelScope or a URL, resumable and verified
 description:
   - Downloads one model file (or every part of a split GGUF set) into O(dest). The final path only ever
     holds a verified file; bytes land in C(<file>.part) first, are checked against size and sha256, then
     renamed atomically.
-  - The expected sha256 and size come from O(sha256)/O(size), or from the hub's HEAD answer
-    (C(X-Linked-Etag), C(X-Linked-Size)); the revision is pinned to the commit it resolved to
-    (C(X-Repo-Commit)) for the whole download and recorded.
+  - The expected sha256 and size come from O(sha256)/O(size), or from the hub. Hugging Face (and mirrors
+    such as hf-mirror.com) - the HEAD answer (C(X-Linked-Etag), C(X-Linked-Size)); the revision is pinned
+    to the commit it resolved to (C(X-Repo-Commit)) for the whole download and recorded.
+  - ModelScope (O(source=modelscope)) - the repo's file listing
+    C(<endpoint>/api/v1/models/<org>/<name>/repo/files?Revision=<rev>&Recursive=true) gives C(Sha256),
+    C(Size) and the file's last commit C(Revision) (recorded as the commit); the bytes come from
+    C(<endpoint>/models/<org>/<name>/resolve/<rev>/<file>). The listing is fetched once per run.
   - Resumes an interrupted download from C(<file>.part) and C(<file>.part.json) (Range and If-Range),
     fetches large files over several connections in parallel and computes the sha256 while the data
     arrives. Retries connection drops, stalls, HTTP 429/5xx (honouring Retry-After) with backoff.
@@ -57,14 +61,25 @@ options:
       - File in O(repo), may include a folder. A split GGUF name such as C(model-00001-of-00003.gguf)
         fetches every part of the set.
     type: str
-  revision:
-    description: Branch, tag or 40-hex commit id in O(repo).
+  source:
+    description:
+      - The hub O(repo) lives on, which decides the URL layout, where the sha256 comes from, the default
+        O(endpoint), O(revision) and the environment variables read for them.
+      - V(huggingface) - Hugging Face or a mirror of it; V(modelscope) - ModelScope (modelscope.cn) or a
+        mirror of it. Not used with O(url).
     type: str
-    default: main
+    default: huggingface
+    choices: [huggingface, modelscope]
+  revision:
+    description:
+      - Branch, tag or 40-hex commit id in O(repo). When not set, C(main) (Hugging Face) or C(master)
+        (ModelScope).
+    type: str
   endpoint:
     description:
       - Hub base URL, for example C(https://hf-mirror.com). When not set, the environment variable
-        C(HF_ENDPOINT) on the node is used, else C(https://huggingface.co).
+        C(HF_ENDPOINT) on the node is used, else C(https://huggingface.co). For O(source=modelscope) it is
+        C(MODELSCOPE_DOMAIN) (a host name or URL), else C(https://www.modelscope.cn).
     type: str
   token:
     description:
@@ -72,6 +87,9 @@ options:
         (scheme, host and port) of O(endpoint) (of O(url) for a plain URL), on every redirect hop; never
         to the CDN it redirects to, another port, or plain http after https. When not set, C(HF_TOKEN)
         from the node's environment is used.
+      - For O(source=modelscope) the token (a ModelScope SDK access token) also goes as the cookie
+        C(m_session_id), as the ModelScope SDK sends it, under the same origin rule; when not set,
+        C(MODELSCOPE_API_TOKEN) from the node's environment is used (never C(HF_TOKEN)).
       - A token with whitespace or control characters (for example the trailing newline of a vault
         file) is refused before any request, without showing it; strip it with C(trim). Messages and
         results never contain the token, raw, escaped or URL-encoded.
@@ -141,7 +159,9 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    description: Resolves the metadata (HEAD requests) and reports what would happen; downloads nothing.
+    description:
+      Resolves the metadata (HEAD requests, or the ModelScope listing) and reports what would happen;
+      downloads nothing.
   diff_mode:
     support: none
     description: Reports no diff; the files are binary.
@@ -158,6 +178,9 @@ seealso:
   - name: Hugging Face hub download URLs
     description: The resolve endpoint this module speaks.
     link: https://huggingface.co/docs/hub/en/api
+  - name: ModelScope Hub
+    description: The hub O(source=modelscope) speaks to (access tokens under the user's account settings).
+    link: https://www.modelscope.cn/docs
 """
 
 EXAMPLES = r"""
@@ -183,6 +206,13 @@ EXAMPLES = r"""
     token: "{{ vault_hf_token }}"
     dest: /srv/models/llama
   no_log: true
+
+- name: Download a GGUF from ModelScope (default branch master), verified against its file listing
+  llmops.serving.model_download:
+    source: modelscope
+    repo: unsloth/Qwen3.6-27B-MTP-GGUF
+    filename: Qwen3.6-27B-UD-Q5_K_XL.gguf
+    dest: /home/models/qwen3-27b-mtp-gguf
 
 - name: Download from a plain URL with a known checksum
   llmops.serving.model_download:
@@ -218,7 +248,9 @@ sha256:
   returned: always
   type: str
 commit:
-  description: Hub commit the file comes from (null for a plain URL).
+  description:
+    - Hub commit the file comes from (null for a plain URL). For ModelScope, the commit that last changed
+      the file (the listing's C(Revision)).
   returned: always
   type: str
 source_url:

@@ -35,17 +35,25 @@ options:
       - The instances to plan. Each is a dict with C(name), C(engine) (V(llama.cpp), the default, or V(vllm)),
         C(gpus) (the physical GPU indexes, in the order the instance uses them; all GPUs when left out),
         C(settings) (the instance settings, the keys of the engine's flag table) and C(model) (a
-        M(llmops.serving.gguf_info) result) or, for vLLM, C(model_dir) (the model directory on the node).
+        M(llmops.serving.gguf_info) result) or C(model_path) (a GGUF on the node, whose header the module
+        reads, never its data) or, for vLLM, C(model_dir) (the model directory on the node).
+      - A llama.cpp instance with no GPUs (C(gpus) empty on a host without GPUs, or C(n_gpu_layers) 0) is
+        planned in host memory against O(host_memory_mib).
     type: list
     elements: dict
     required: true
   gpus:
     description:
-      - The C(llmops_gpus) fact of M(llmops.serving.gpu_facts) (C(index), C(name), C(memory_total_mib),
-        C(memory_free_mib) per GPU).
-    type: list
-    elements: dict
+      - The C(llmops_gpus) fact of M(llmops.serving.gpu_facts) (a dict whose C(gpus) is the list) or that
+        list (C(index), C(name), C(memory_total_mib), C(memory_free_mib) per GPU). Empty on a host without
+        GPUs.
+    type: raw
     required: true
+  host_memory_mib:
+    description:
+      - The node's RAM in MiB (the roles pass C(ansible_memtotal_mb)), for instances planned in host memory.
+        Empty means such plans report the memory they need without a fits decision (C(fits) null).
+    type: int
   overhead_mib:
     description:
       - CUDA context, cuBLAS workspace and runtime memory per GPU and process that no engine log counts.
@@ -113,9 +121,15 @@ plans:
     - One plan per instance name. llama.cpp plans have C(fits), C(ctx_size), C(parallel), C(tensor_split)
       (given, or derived from free memory), C(tensor_split_derived), C(host) (bytes kept in host memory),
       C(gpus) (per GPU C(index), C(name), C(layers) [first, last], C(weights), C(kv), C(draft_kv),
-      C(recurrent), C(compute), C(draft_compute), C(overhead), C(total) in bytes and C(headroom_mib)),
+      C(recurrent), C(compute), C(draft_compute), C(pipeline_copies) (the graph-input copies of pipeline
+      parallelism), C(overhead), C(total) in bytes and C(headroom_mib)), C(pipeline_parallel),
       C(total_bytes), C(max_ctx_size) (the largest context that fits at this parallel), C(max_parallel),
       C(message), C(refusal) (null when it fits) and C(suggestions).
+    - C(planned) is false (and C(fits) null) when the model cannot be read on the node yet (a check-mode first
+      run, a model directory without C(config.json) layer counts or weights); C(message) says why.
+    - Host-memory llama.cpp plans (no GPUs) have C(device) V(host), C(gpus) empty, C(host) with the
+      breakdown, C(host_memory_mib), C(host_headroom_mib) and C(fits) null when O(host_memory_mib) is not
+      given.
     - vLLM plans also have C(tensor_parallel_size), C(weights_per_rank), C(kv_bytes_per_token), C(kv_tokens)
       and C(max_concurrency).
   returned: always
@@ -138,6 +152,8 @@ refusals:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.gguf import GGUFError  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.gguf import inspect as inspect_gguf  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.memory_plan import (  # noqa: E402
     PlanError,
     plan_instances,
@@ -148,7 +164,8 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             instances=dict(type="list", elements="dict", required=True),
-            gpus=dict(type="list", elements="dict", required=True),
+            gpus=dict(type="raw", required=True),
+            host_memory_mib=dict(type="int"),
             overhead_mib=dict(type="int"),
             min_headroom_mib=dict(type="int"),
             memory_basis=dict(type="str", choices=["free", "total"], default="free"),
@@ -160,8 +177,9 @@ def main():
     try:
         plans, messages, refusals = plan_instances(p["instances"], p["gpus"], overhead_mib=p["overhead_mib"],
                                                    min_headroom_mib=p["min_headroom_mib"],
-                                                   basis=p["memory_basis"])
-    except PlanError as exc:
+                                                   basis=p["memory_basis"], read_gguf=inspect_gguf,
+                                                   host_memory_mib=p["host_memory_mib"])
+    except (PlanError, GGUFError) as exc:
         module.fail_json(msg=str(exc), changed=False)
     result = dict(changed=False, plans=plans, messages=messages, refusals=refusals)
     if refusals and p["fail_on_refusal"]:

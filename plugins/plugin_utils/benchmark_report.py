@@ -135,7 +135,7 @@ def _run_cells(index, run):
 def _table(header, rows):
     def line(cells):
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-    return [line(header), "|" + "|".join("---" for _ in header) + "|"] + [line(r) for r in rows]
+    return [line(header), "|" + "|".join("---" for _column in header) + "|"] + [line(r) for r in rows]
 
 
 def _runs(described):
@@ -214,7 +214,7 @@ def _nice_max(value):
 def _panel(x0, title, unit, levels, lines, pick, width=400, height=260):
     """One panel: frame, axes with ticks, a polyline (and dots) per instance."""
     top, left, plot_w, plot_h = 40, x0 + 60, width - 80, height - 90
-    values = [pick(point) for _, series, _ in lines for point in series.values()]
+    values = [pick(point) for _name, series, _colour in lines for point in series.values()]
     y_max = _nice_max(max([v for v in values if is_number(v)] or [0]))
     slots = max(len(levels), 1)
 
@@ -260,7 +260,7 @@ def svg_chart(report):
     names = sorted(report.get("instances") or {})
     lines = [(name, series_by_concurrency(report["instances"][name]), COLOURS[i % len(COLOURS)])
              for i, name in enumerate(names)]
-    levels = sorted({c for _, series, _ in lines for c in series})
+    levels = sorted({c for _name, series, _colour in lines for c in series})
     legend_h = 20 * len(names)
     height = 260 + 20 + legend_h
     out = ['<?xml version="1.0" encoding="UTF-8"?>',
@@ -271,7 +271,7 @@ def svg_chart(report):
            '<rect width="100%" height="100%" fill="#fff"/>']
     out += _panel(0, "decode tok/s (all streams)", "tok/s", levels, lines, lambda point: point[0])
     out += _panel(410, "time to first token (mean)", "seconds", levels, lines, lambda point: point[1])
-    for i, (name, _, colour) in enumerate(lines):
+    for i, (name, _series, colour) in enumerate(lines):
         y = 275 + 20 * i
         out.append('<line x1="70" y1="%d" x2="100" y2="%d" stroke="%s" stroke-width="2"/>' % (y, y, colour))
         out.append('<text x="108" y="%d" font-size="12">%s</text>'

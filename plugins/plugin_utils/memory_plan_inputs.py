@@ -75,6 +75,10 @@ def memory_plan_inputs(instances, defaults=None, default_engine=instance_plan.DE
         gpu_list = normalize_gpus(raw.get("gpus"), facts if facts.get("present") else None,
                                   "instance %s" % name)
         model = _model_input(raw, engine, models, headers)
+        if gpu_list and not facts.get("present"):
+            skipped.append("%s: GPUs %s are not visible yet (no working driver); planned again in the serve "
+                           "stage" % (name, ", ".join(str(g) for g in gpu_list)))
+            continue
         if model is None:
             skipped.append("%s: model %s is not known yet (no header read, not downloaded)"
                            % (name, raw.get("model")))

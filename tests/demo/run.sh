@@ -37,6 +37,11 @@ up() {
   fi
   ansible-playbook -i inventories/local site.yml "$@"
   key_file="$LLMOPS_DEMO_DIR/api-key"
+  report="$ROOT/reports/$NODE.md"
+  if [ -f "$report" ]; then
+    printf '\nBenchmark of the served instance (validate stage; report %s, .json and .svg beside it):\n' "$report"
+    grep '^|' "$report"
+  fi
   cat <<TXT
 
 The node serves an OpenAI-compatible API on 127.0.0.1:18003 (key in $key_file):

@@ -133,6 +133,22 @@ def test_chat_completion_streams_server_sent_events(serve):
     assert text == "Hello from fake vLLM."
 
 
+def test_streamed_usage_and_ignore_eos_as_vllm_sends_them(serve):
+    port, _ = serve()
+    body = {"model": "/models/qwen", "stream": True, "stream_options": {"include_usage": True},
+            "ignore_eos": True, "max_tokens": 12, "messages": [{"role": "user", "content": "one two three"}]}
+    events = [line[len("data: "):] for line in request(port, "POST", "/v1/chat/completions", body)[1]
+              .decode().splitlines() if line.startswith("data: ")]
+    last = json.loads(events[-2])
+    assert last["choices"] == [] and last["usage"] == {"prompt_tokens": 3, "completion_tokens": 12,
+                                                       "total_tokens": 15}
+    words = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-2]).split()
+    assert len(words) == 12, "ignore_eos runs to max_tokens"
+    without = dict(body, stream_options=None)
+    events = request(port, "POST", "/v1/chat/completions", without)[1].decode()
+    assert '"usage"' not in events
+
+
 def test_unknown_options_exit_2_like_argparse(tmp_path):
     options = tmp_path / "options.json"
     options.write_text(json.dumps({"options": {"--host": {"kind": "value"}, "--port": {"kind": "value"},

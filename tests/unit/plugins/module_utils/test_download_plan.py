@@ -19,7 +19,7 @@ def test_documentation_equals_the_option_schema():
     doc = yaml.safe_load(model_download.DOCUMENTATION)["options"]
     schema = download_options.OPTIONS
     assert sorted(doc) == sorted(schema)
-    assert len(schema) == 20
+    assert len(schema) == 21
     for name, spec in schema.items():
         opt = doc[name]
         assert opt["type"] == spec["type"], name
@@ -41,8 +41,9 @@ def test_module_argument_spec_and_defaults_come_from_the_schema():
     assert download_options.DEFAULTS == dict((k, v.get("default")) for k, v in schema.items())
     o = download_options.normalize({"repo": "org/m", "filename": "m.gguf", "dest": "/srv/models",
                                     "endpoint": "https://hub.example"})
+    assert o["revision"] == "main"  # the hub's default branch (ModelScope: master)
     for name, default in download_options.DEFAULTS.items():
-        if name not in ("repo", "filename", "dest", "endpoint", "token", "lock_timeout"):
+        if name not in ("repo", "filename", "dest", "endpoint", "token", "lock_timeout", "revision"):
             assert o[name] == default, name
 
 

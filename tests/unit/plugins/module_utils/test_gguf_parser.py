@@ -212,11 +212,84 @@ def _check_split(path):
     return gguf.check_split_set(gguf.summarize(s), s)
 
 
+def _with_split_set(path, limits=None):
+    s = gguf.read_structure(path, limits)
+    return gguf.add_split_set(gguf.summarize(s), s, limits)
+
+
 def test_split_set_complete(tmp_path):
     paths = _split_set(tmp_path)
     result = _check_split(paths[0])
-    assert result["parts"] == paths and result["count"] == 3 and result["tensor_count"] == 36
-    assert result["size"] == sum(os.path.getsize(p) for p in paths)
+    assert [p["path"] for p in result["parts"]] == paths
+    assert result["count"] == 3 and result["tensor_count"] == 36
+    assert result["size"] == sum(os.path.getsize(p) for p in paths) == sum(p["size"] for p in result["parts"])
+    one = gguf.inspect(paths[0])
+    for part in result["parts"]:  # each part's own figures, as summarize() gives them of that file alone
+        assert dict((k, part[k]) for k in gguf.TENSOR_FIELDS) == dict((k, one[k]) for k in gguf.TENSOR_FIELDS)
+    assert result["tensor_bytes"] == 3 * one["tensor_bytes"]
+
+
+def test_split_set_figures_cover_the_whole_set(tmp_path):
+    """Every part of this crafted set holds the same 12 tensors: the whole set's figures are 3 times one
+    file's, the named part's stay in split_set.parts[split.no]."""
+    paths = _split_set(tmp_path)
+    one = gguf.inspect(paths[1])
+    info = _with_split_set(paths[1])
+    assert info["split"]["no"] == 1 and info["split_set"]["parts"][1]["path"] == paths[1]
+    assert info["tensor_count"] == 36 == info["split_set"]["tensor_count"]
+    assert info["tensor_bytes"] == 3 * one["tensor_bytes"] == info["split_set"]["tensor_bytes"]
+    assert info["layer_bytes"] == [3 * n for n in one["layer_bytes"]]
+    assert info["non_layer_bytes"] == 3 * one["non_layer_bytes"]
+    assert info["non_layer_tensors"] == dict((k, 3 * v) for k, v in one["non_layer_tensors"].items())
+    assert info["tensor_types"] == dict((t, {"count": 3 * e["count"], "bytes": 3 * e["bytes"]})
+                                        for t, e in one["tensor_types"].items())
+    assert info["size"] == one["size"]  # the named file's, the set's is split_set.size
+    unsplit = tmp_path / "model.gguf"
+    unsplit.write_bytes(tiny_qwen35().build().data)
+    assert gguf.add_split_set(gguf.inspect(str(unsplit)), gguf.read_structure(str(unsplit))) \
+        == gguf.inspect(str(unsplit))
+
+
+def test_split_set_claiming_more_tensors_than_a_file_may_hold_fails_before_reading_parts(tmp_path):
+    paths = _split_set(tmp_path, overrides={0: (0, 3, 70000)})
+    os.remove(paths[1])
+    with pytest.raises(gguf.GGUFError, match="split.tensors.count 70000 is over the limit of 65536"):
+        _with_split_set(paths[0])
+    paths = _split_set(tmp_path, overrides=dict((no, (no, 3, 30)) for no in range(3)))
+    with pytest.raises(gguf.GGUFError, match="split.tensors.count 30 is over the limit of 20"):
+        _with_split_set(paths[0], {"max_tensors": 20})
+
+
+def test_split_set_with_more_parts_than_tensors_fails_before_reading_parts(tmp_path):
+    paths = _split_set(tmp_path, count=3, overrides=dict((no, (no, 3, 1)) for no in range(3)))
+    os.remove(paths[2])
+    with pytest.raises(gguf.GGUFError, match="split.count 3 is more than split.tensors.count 1 \\+ 1"):
+        _with_split_set(paths[0])
+
+
+def test_split_set_holding_more_tensors_than_it_declares_fails_at_the_part_that_overflows(tmp_path):
+    paths = _split_set(tmp_path, overrides=dict((no, (no, 3, 20)) for no in range(3)))
+    with open(paths[2], "wb") as f:  # never read: parts 1 and 2 already hold 24 of the 20 declared
+        f.write(b"not a GGUF file")
+    overflow = "00002-of-00003.gguf: parts 1 to 2 of 3 already hold 24 tensors, more than the 20 of split"
+    with pytest.raises(gguf.GGUFError, match=overflow):
+        _with_split_set(paths[0])
+
+
+def test_block_count_of_a_split_set_is_bounded_by_the_whole_set(tmp_path):
+    """A first part may hold fewer tensors than the model has blocks (llama-gguf-split spreads them): 20
+    blocks pass with 12 tensors in each of 3 parts, 40 do not."""
+    def write(block_count):
+        for no in range(3):
+            b = tiny_qwen35(split=(no, 3, 36))
+            b.kv = [(k, t, block_count if k == "qwen35.block_count" else v, sub) for k, t, v, sub in b.kv]
+            (tmp_path / ("model-%05d-of-00003.gguf" % (no + 1))).write_bytes(b.build().data)
+        return str(tmp_path / "model-00001-of-00003.gguf")
+    info = _with_split_set(write(20))
+    assert len(info["layer_bytes"]) == 20 == len(info["split_set"]["parts"][0]["layer_bytes"])
+    with pytest.raises(gguf.GGUFError, match="qwen35.block_count 40 is more than the 36 tensors of the 3 "
+                                             "parts of the split set"):
+        _with_split_set(write(40))
 
 
 def test_split_set_missing_part(tmp_path):

@@ -134,6 +134,21 @@ def test_sparse_20_gb_model_costs_one_window(hub):
     assert took < 10
 
 
+def test_modelscope_layout_reads_the_header_with_the_listing_metadata(hub):
+    """source: modelscope (the model role's `source:`): size and sha256 from the repo's file listing, bytes
+    from /models/<repo>/resolve/master/, header only."""
+    built = big_model()
+    path = put(hub, "org/m/model.gguf", built.data, sparse_size=built.total_size)
+    remote = gguf_remote.inspect_remote(hub_params(hub, source="modelscope"))
+    r = remote["remote"]
+    assert r["url"] == hub.url + "/models/org/m/resolve/master/model.gguf"
+    assert r["size"] == built.total_size and r["bytes_read"] <= MIB
+    assert strip_path(remote) == strip_path(gguf.inspect(path))
+    paths = [e["path"] for e in settled(hub)]
+    assert paths[0] == "/api/v1/models/org/m/repo/files?Revision=master&Recursive=true"
+    assert not [p for p in paths if p.startswith("/org/")], "no Hugging Face style request"
+
+
 def test_window_grows_by_doubling(hub):
     b = tiny_qwen35(n_vocab=8)
     # 14.4 MB of merges, like a large tokenizer: windows of 1, 2, 4 MiB, then 4 MiB (max_window) each
@@ -240,15 +255,43 @@ def test_split_set_reads_every_part_header(hub):
     local = gguf.check_split_set(gguf.summarize(gguf.read_structure(paths[0])), gguf.read_structure(paths[0]))
     remote = gguf_remote.inspect_remote(hub_params(hub, filename="q5/model-00001-of-00003.gguf"))
     split_set = remote["split_set"]
-    assert [p.rsplit("/", 1)[1] for p in split_set["parts"]] == [os.path.basename(p) for p in paths]
-    assert split_set["parts"][2] == hub.url + "/org/m/resolve/main/q5/model-00003-of-00003.gguf"
+    assert [p["path"].rsplit("/", 1)[1] for p in split_set["parts"]] == [os.path.basename(p) for p in paths]
+    assert split_set["parts"][2]["path"] == hub.url + "/org/m/resolve/main/q5/model-00003-of-00003.gguf"
     for key in ("count", "tensor_count", "size", "tensor_bytes"):
         assert split_set[key] == local[key], key
+    assert [p["size"] for p in split_set["parts"]] == [p["size"] for p in local["parts"]]
     # every part read at the commit the first resolved to, each with a HEAD and ranged GETs
     heads = [e["path"] for e in settled(hub) if e["method"] == "HEAD"]
     assert heads[0].endswith("/resolve/main/q5/model-00001-of-00003.gguf")
     assert all("/resolve/%s/" % hub.commit("org/m") in h for h in heads[1:]) and len(heads) == 3
     assert remote["remote"]["requests"] == 6
+
+
+def test_split_tiny_model_remote_figures_equal_the_unsplit_model(hub):
+    """The tiny model split in 3 (key/values in the first part only) read through the hub: layer_bytes,
+    non_layer_tensors, tensor_bytes... are the unsplit file's, as for the local set; without check_split
+    they are the named part's."""
+    from tests.fixtures.gguf import make_tiny_model as mtm  # needs numpy and the llama.cpp source
+    from tests.fixtures.gguf.split_model import cached_split_tiny_model
+    paths = cached_split_tiny_model("qwen35", parts=3)
+    for path in paths:
+        put(hub, "org/m/q5/" + os.path.basename(path), source=path)
+    whole = gguf.inspect(mtm.cached_tiny_model("qwen35"))
+    first = gguf.read_structure(paths[0])
+    local = gguf.add_split_set(gguf.summarize(first), first)
+    params = hub_params(hub, filename="q5/model-00001-of-00003.gguf")
+    remote = gguf_remote.inspect_remote(params)
+    for key in gguf.TENSOR_FIELDS:
+        assert remote[key] == whole[key] == local[key], key
+    parts = remote["split_set"]["parts"]
+    base = hub.url + "/org/m/resolve/main/q5/"
+    assert [p["path"] for p in parts] == [base + os.path.basename(p) for p in paths]
+    assert [dict(p, path=None) for p in parts] == [dict(p, path=None) for p in local["split_set"]["parts"]]
+    assert remote["remote"]["bytes_read"] < sum(os.path.getsize(p) for p in paths)  # headers only
+    alone = gguf_remote.inspect_remote(params, check_split=False)
+    assert "split_set" not in alone
+    assert alone["layer_bytes"] == parts[0]["layer_bytes"] != whole["layer_bytes"]
+    assert alone["tensor_count"] == parts[0]["tensor_count"] < whole["tensor_count"]
 
 
 def test_split_set_missing_part_says_so(hub):

@@ -230,3 +230,27 @@ def test_llama_server_serves_llama(llama, tmp_path):
                             tmp_path)
     assert reply["usage"]["completion_tokens"] == 16
     assert reply["usage"]["prompt_tokens"] > 5  # the Llama 3 template was applied
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "llama"])
+def test_split_set_figures_equal_the_unsplit_model(arch):
+    """A 3-part split of the tiny model, laid out by llama.cpp's gguf-py writer (key/values in the first
+    part only), gives the unsplit file's layer_bytes, non_layer_tensors, tensor_bytes...: what the memory
+    planner reads covers the whole model, the named part's own figures stay in split_set.parts."""
+    from tests.fixtures.gguf.split_model import cached_split_tiny_model
+    source = mtm.cached_tiny_model(arch)
+    paths = cached_split_tiny_model(arch, parts=3)
+    whole = gguf.inspect(source)
+    first = gguf.read_structure(paths[0])
+    info = gguf.add_split_set(gguf.summarize(first), first)
+    for key in gguf.TENSOR_FIELDS:
+        assert info[key] == whole[key], key
+    parts = info["split_set"]["parts"]
+    assert [p["path"] for p in parts] == paths and [p["size"] for p in parts] == [os.path.getsize(p)
+                                                                                   for p in paths]
+    assert info["split_set"]["tensor_bytes"] == whole["tensor_bytes"] == sum(p["tensor_bytes"] for p in parts)
+    named = gguf.summarize(first)  # the first part alone holds about a third of the tensors
+    assert [parts[0][k] for k in gguf.TENSOR_FIELDS] == [named[k] for k in gguf.TENSOR_FIELDS]
+    assert all(p["tensor_count"] < whole["tensor_count"] for p in parts)
+    assert parts[0]["layer_bytes"] != whole["layer_bytes"]
+    assert "general.architecture" not in gguf.read_structure(paths[1])["kv"]  # llama.cpp's layout

@@ -107,3 +107,25 @@ def test_option_rules(tmp_path, args, message):
 def test_unreachable_host_fails_with_advice(tmp_path):
     rc, result, _ = run_module(tmp_path, url="http://127.0.0.1:9/x.gguf", timeout=1, retries=0)
     assert rc == 1 and "giving up" in result["msg"] and "raise timeout" in result["msg"]
+
+
+def test_split_set_gives_whole_model_figures_locally_and_remotely(tmp_path, hub):
+    """The module on the first part of the tiny model split in 3, by path and through the hub: the figures
+    the memory planner reads (layer_bytes, non_layer_tensors, tensor_bytes...) are the unsplit model's."""
+    pytest.importorskip("numpy")
+    from tests.fixtures.gguf import make_tiny_model as mtm
+    from tests.fixtures.gguf.split_model import cached_split_tiny_model
+    paths = cached_split_tiny_model("qwen35", parts=3)
+    os.makedirs(os.path.join(hub.state.root, "org", "m"))
+    for path in paths:
+        os.symlink(path, os.path.join(hub.state.root, "org", "m", os.path.basename(path)))
+    whole = gguf.inspect(mtm.cached_tiny_model("qwen35"))
+    for args in ({"path": paths[0]}, {"repo": "org/m", "filename": os.path.basename(paths[0]),
+                                     "endpoint": hub.url}):
+        rc, result, raw = run_module(tmp_path, **args)
+        assert rc == 0, raw
+        for key in gguf.TENSOR_FIELDS:
+            assert result[key] == whole[key], (args, key)
+        parts = result["split_set"]["parts"]
+        assert len(parts) == 3 and sum(p["tensor_bytes"] for p in parts) == whole["tensor_bytes"]
+        assert parts[0]["layer_bytes"] != whole["layer_bytes"]

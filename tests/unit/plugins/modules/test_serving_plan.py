@@ -94,3 +94,50 @@ def test_bad_input_fails_with_the_reason(tmp_path):
     result = run_module(tmp_path, {"gpus": [l20(0)], "instances": [
         {"name": "x", "gpus": [5], "model": llama_8b(), "settings": {"ctx_size": 4096}}]})
     assert result["failed"] and "instance x uses GPU(s) 5 that llmops_gpus does not list" in result["msg"]
+
+
+def test_model_path_on_a_host_without_gpus_plans_host_memory(tmp_path):
+    from tests.fixtures.gguf import make_tiny_model
+
+    path = make_tiny_model.cached_tiny_model("llama")
+    settings = {"ctx_size": 4096, "parallel": 2}
+    args = {"gpus": {"gpus": [], "count": 0}, "host_memory_mib": 2048, "instances": [
+        {"name": "cpu", "model_path": path, "gpus": [], "settings": settings}]}
+    result = run_module(tmp_path, args)
+    assert not result.get("failed"), result
+    plan = result["plans"]["cpu"]
+    assert plan["device"] == "host" and plan["fits"] and plan["gpus"] == []
+    assert plan["host_memory_mib"] == 2048 and result["messages"][0].startswith("cpu: host memory")
+    unknown = run_module(tmp_path, dict(args, host_memory_mib=None))
+    assert unknown["plans"]["cpu"]["fits"] is None and unknown["refusals"] == []
+    tight = run_module(tmp_path, dict(args, host_memory_mib=1030))
+    assert tight["failed"] and "instance cpu does not fit in host memory" in tight["msg"]
+
+
+def test_models_not_on_the_node_yet_are_reported_not_planned(tmp_path):
+    """A check-mode first run (nothing downloaded), or a vLLM directory whose config.json has no layer counts:
+    the plan says why it cannot plan instead of failing or guessing."""
+    bare = tmp_path / "bare-config"
+    bare.mkdir()
+    (bare / "config.json").write_text('{"model_type": "qwen3_5"}')
+    args = {"gpus": [l20(0), l20(1), l20(2)], "instances": [
+        {"name": "later", "gpus": [0], "model_path": str(tmp_path / "absent.gguf"), "settings": {}},
+        {"name": "vllm-later", "engine": "vllm", "gpus": [1], "model_dir": str(tmp_path / "absent"),
+         "settings": {}},
+        {"name": "vllm-bare", "engine": "vllm", "gpus": [2], "model_dir": str(bare), "settings": {}}]}
+    result = run_module(tmp_path, args)
+    assert not result.get("failed"), result
+    assert [p["planned"] for p in result["plans"].values()] == [False, False, False]
+    assert all(p["fits"] is None for p in result["plans"].values()) and result["refusals"] == []
+    assert result["messages"] == [
+        "later: not planned: %s is not on the node yet" % (tmp_path / "absent.gguf"),
+        "vllm-later: not planned: %s is not on the node yet" % (tmp_path / "absent" / "config.json"),
+        "vllm-bare: not planned: %s has no layer count in config.json or no *.safetensors weights" % bare]
+
+
+def test_a_file_that_is_not_gguf_fails_with_the_reader_s_reason(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"<html>login</html>" * 10)
+    result = run_module(tmp_path, {"gpus": [l20(0)], "instances": [
+        {"name": "x", "gpus": [0], "model_path": str(bad), "settings": {}}]})
+    assert result["failed"] and "GGUF" in result["msg"] and "Traceback" not in json.dumps(result)

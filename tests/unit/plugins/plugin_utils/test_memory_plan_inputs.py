@@ -67,6 +67,10 @@ def test_a_gpu_the_host_does_not_have_is_refused():
         _one([{"name": "q", "model": "/m.gguf", "gpus": [7]}])
 
 
-def test_no_gpu_facts_yet_still_gives_the_instances():
-    out = _one([{"name": "q", "model": "/m.gguf", "gpus": [2, 3]}], gpus=None)
-    assert out["instances"][0]["gpus"] == [2, 3] and out["gpus"] == {"present": False, "gpus": []}
+def test_gpus_not_visible_yet_are_planned_later_and_cpu_instances_now():
+    out = _one([{"name": "q", "model": "/m.gguf", "gpus": [2, 3]},
+                {"name": "cpu", "model": "/m.gguf", "settings": {"n_gpu_layers": 0}}], gpus=None)
+    assert out["skipped"] == ["q: GPUs 2, 3 are not visible yet (no working driver); planned again in the "
+                              "serve stage"]
+    assert [i["name"] for i in out["instances"]] == ["cpu"] and out["instances"][0]["gpus"] == []
+    assert out["gpus"] == {"present": False, "gpus": []}

@@ -1,0 +1,98 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The L20 site's mirrors file (inventories/l20/group_vars/l20/mirrors.yml): one map, llmops_mirrors, feeds
+each role's own variable. Rendered with Ansible's Templar: an empty map gives exactly the role defaults
+(the file's fallbacks cannot drift from them), a full map gives only mirror URLs, every fed variable is a
+documented role variable, and docs/mirrors.md documents every key."""
+import glob
+import os
+
+import pytest
+
+from tests.helpers import ROOT, load_yaml, role_templar
+
+MIRRORS = os.path.join(ROOT, "inventories", "l20", "group_vars", "l20", "mirrors.yml")
+DOC = os.path.join(ROOT, "docs", "mirrors.md")
+FULL = {
+    "hf": "https://hf.lan", "modelscope": "https://ms.lan", "registry": "registry.lan:5000",
+    "docker_hub_mirrors": ["https://hub.lan"], "pypi": "https://pypi.lan/simple",
+    "pypi_extra": ["https://torch.lan/cu124"], "llama_cpp_git": "https://git.lan/llama.cpp.git",
+    "centos_vault": "https://vault.lan/7.9.2009", "epel_archive": "https://epel.lan/archive/epel/",
+    "nvidia_cuda": "https://cuda.lan/repos", "libnvidia_container": "https://nct.lan",
+    "docker_ce": "https://docker-ce.lan",
+}
+FACTS = {"_nvidia_driver_cuda_distro": "debian12"}
+
+
+def role_defaults():
+    """{variable: (role dir, default expression)} of every role."""
+    out = {}
+    for path in glob.glob(os.path.join(ROOT, "roles", "*", "defaults", "main.yml")):
+        role = os.path.dirname(os.path.dirname(path))
+        for name, value in load_yaml(path).items():
+            out[name] = (role, value)
+    return out
+
+
+def fed_variables():
+    return dict((k, v) for k, v in load_yaml(MIRRORS).items() if k != "llmops_mirrors")
+
+
+def render(name, expression, mirrors):
+    role, _ = role_defaults()[name]
+    variables = dict(FACTS, llmops_mirrors=mirrors)
+    return role_templar(role, variables).template(expression)
+
+
+def test_every_fed_variable_is_a_documented_role_variable():
+    defaults = role_defaults()
+    for name in fed_variables():
+        assert name in defaults, "%s is no role's variable" % name
+        role = defaults[name][0]
+        specs = load_yaml(os.path.join(role, "meta", "argument_specs.yml"))["argument_specs"]["main"]
+        specs = specs["options"]
+        assert name in specs, "%s is not in %s's argument_specs" % (name, os.path.basename(role))
+
+
+EMPTY = dict((k, "" if isinstance(v, str) else []) for k, v in FULL.items())
+
+
+@pytest.mark.parametrize("mirrors", [{}, EMPTY])
+def test_no_mirror_set_gives_the_role_defaults(mirrors):
+    defaults = role_defaults()
+    for name, expression in fed_variables().items():
+        role, default = defaults[name]
+        want = role_templar(role, dict(FACTS)).template(default)
+        assert render(name, expression, mirrors) == want, name
+
+
+def test_the_l20_map_sets_the_hugging_face_mirror_of_the_seed_notes():
+    mirrors = load_yaml(MIRRORS)["llmops_mirrors"]
+    assert sorted(mirrors) == sorted(FULL)
+    assert render("model_hf_endpoint", fed_variables()["model_hf_endpoint"], mirrors) == "https://hf-mirror.com"
+
+
+def test_a_full_map_points_every_fed_variable_at_a_mirror():
+    got = dict((name, render(name, expr, FULL)) for name, expr in fed_variables().items())
+    assert got["llama_cpp_cuda_image_registry"] == got["vllm_image_registry"] == "registry.lan:5000"
+    smoke = got["nvidia_container_toolkit_smoke_test_image"]
+    assert smoke == "registry.lan:5000/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    assert got["nvidia_container_toolkit_daemon_options"] == {"registry-mirrors": ["https://hub.lan"]}
+    assert got["el7_bootstrap_epel_baseurl"] == "https://epel.lan/archive/epel/7/$basearch/"
+    assert got["nvidia_driver_apt_repo_url"] == "https://cuda.lan/repos/debian12/x86_64"
+    assert got["nvidia_driver_el7_repo_url"] == "https://cuda.lan/repos/rhel7/x86_64"
+    assert got["vllm_extra_index_urls"] == ["https://torch.lan/cu124"]
+    upstream = ("huggingface.co", "nvidia.com", "github", "docker.com", "centos.org", "fedoraproject",
+                "pypi.org")
+    for name, value in got.items():
+        assert not any(u in str(value) for u in upstream), (name, value)
+
+
+def test_docs_name_every_key_and_every_fed_variable():
+    with open(DOC, encoding="utf-8") as handle:
+        doc = handle.read()
+    for key in FULL:
+        assert "`%s`" % key in doc, key
+    for name in fed_variables():
+        assert name in doc, name
