@@ -49,3 +49,22 @@ def run_local_playbook(play, path_prefix, extra_env=None, extra_args=()):
     recap = [line for line in result.stdout.splitlines() if line.startswith("localhost") and "ok=" in line]
     stats = dict(item.split("=") for item in recap[-1].split(":", 1)[1].split()) if recap else {}
     return result, {k: int(v) for k, v in stats.items()}
+
+
+def wait_healthy(proc, url, log_path, timeout=60):
+    """Wait until a server process started by a test answers 200 on <url>/health; fail with its log tail when
+    it exits or stays unhealthy."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, open(str(log_path)).read()[-3000:]
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "%s not healthy in %d s" % (url, timeout)
+        time.sleep(0.3)

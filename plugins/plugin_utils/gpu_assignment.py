@@ -75,13 +75,14 @@ def claim_gpus(owners, gpus, name):
 
 
 def gpu_entries(gpus, gpu_facts=None):
-    """The llmops_gpus entries (index, uuid, compute_cap, memory_*_mib) of an instance's GPUs ([] without
-    facts)."""
+    """The llmops_gpus entries (index, uuid, compute_cap, memory_*_mib) of an instance's GPUs, in the
+    instance's order (a tensor split follows it); [] without facts."""
     if not gpu_facts or not gpu_facts.get("present"):
         return []
     found = []
-    for entry in gpu_facts.get("gpus") or []:
-        keys = (gpu_key(entry.get("index")), gpu_key(entry.get("uuid")))
-        if any(gpu_key(g) in keys for g in gpus):
-            found.append(entry)
+    for gpu in gpus:
+        for entry in gpu_facts.get("gpus") or []:
+            if gpu_key(gpu) in (gpu_key(entry.get("index")), gpu_key(entry.get("uuid"))):
+                found.append(entry)
+                break
     return found

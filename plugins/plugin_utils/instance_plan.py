@@ -183,6 +183,20 @@ def by_engine(mapping, engine, variable):
     return mapping.get(engine)
 
 
+def instance_settings(raw, defaults, engine):
+    """The instance's settings over serving_default_settings[engine] (a null value is kept: it drops the
+    default when the flag table renders them)."""
+    settings = dict(by_engine(defaults, engine, "serving_default_settings") or {})
+    settings.update(raw.get("settings") or {})
+    return settings
+
+
+def unit_name(name, engine, unit_prefix=None):
+    """The systemd unit of instance `name`: serving_unit_prefix[engine] (or the engine's own) + name."""
+    prefix = by_engine(unit_prefix, engine, "serving_unit_prefix") or engine_flags(engine).UNIT_PREFIX
+    return "%s%s.service" % (prefix, name)
+
+
 def served_name(raw, name, models_fact):
     """The stable name clients use: the instance's served_model_name, else its model's name from
     llmops_models, else the instance name; never a file path (clients would change when a file moves)."""
@@ -260,8 +274,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
         gpu_list = normalize_gpus(raw.get("gpus"), gpus, "instance %s" % name)
         claim_gpus(owners, gpu_list, name)
         model_path, model_sha = resolve_model(raw.get("model"), models, "instance %s" % name)
-        settings = dict(by_engine(defaults, engine, "serving_default_settings") or {})
-        settings.update(raw.get("settings") or {})
+        settings = instance_settings(raw, defaults, engine)
         mode = (by_engine(mode_override, engine, "serving_mode") or raw.get("mode") or build.get("mode")
                 or "host")
         if mode not in MODES:
@@ -276,8 +289,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
         argv = flags.build_argv(settings, model=argv_model, host=host, port=port, api_key_file=argv_key,
                                 extra_args=raw.get("extra_args"), gpus=gpu_list, served_model_name=served,
                                 allowed_extra_flags=build.get("extra_flags") or ())
-        unit = "%s%s.service" % (by_engine(unit_prefix, engine, "serving_unit_prefix") or flags.UNIT_PREFIX,
-                                 name)
+        unit = unit_name(name, engine, unit_prefix)
         warnings = flags.preflight(settings, gpu_list, gpu_entries(gpu_list, gpus), unit in running_units)
         timeout = int(by_engine(timeouts, engine, "serving_timeout_start_sec") or flags.TIMEOUT_START_SEC)
         # `env` holds what is not secret (visible in the unit): the build's runtime-wide env (llmops_vllm.env,

@@ -21,7 +21,8 @@ from __future__ import absolute_import, division, print_function
 import copy
 
 from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan
-from ansible_collections.llmops.serving.plugins.plugin_utils.gpu_assignment import gpu_key, normalize_gpus
+from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import without_none
+from ansible_collections.llmops.serving.plugins.plugin_utils.gpu_assignment import gpu_entries, normalize_gpus
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 
 __metaclass__ = type
@@ -43,18 +44,6 @@ def _model_input(raw, engine, models, headers):
     return {"model_path": model} if str(model).startswith("/") else None
 
 
-def _gpu_order(gpus, facts):
-    """The llmops_gpus entries of `gpus`, in the instance's order (tensor_split follows it)."""
-    known = (facts or {}).get("gpus") or []
-    out = []
-    for gpu in gpus:
-        for entry in known:
-            if gpu_key(gpu) in (gpu_key(entry.get("index")), gpu_key(entry.get("uuid"))):
-                out.append(entry)
-                break
-    return out
-
-
 def memory_plan_inputs(instances, defaults=None, default_engine=instance_plan.DEFAULT_ENGINE, models=None,
                        headers=None, gpus=None, running_units=(), unit_prefix=None):
     """-> {"instances": [...], "gpus": llmops_gpus with running instances' GPUs counted free,
@@ -68,10 +57,8 @@ def memory_plan_inputs(instances, defaults=None, default_engine=instance_plan.DE
             raise ServingError("each instance needs a name: %r" % (raw,))
         name = str(raw["name"])
         engine = raw.get("engine") or default_engine
-        flags = instance_plan.engine_flags(engine)
-        settings = dict(instance_plan.by_engine(defaults, engine, "serving_default_settings") or {})
-        settings.update(raw.get("settings") or {})
-        settings = dict((k, v) for k, v in settings.items() if v is not None)
+        instance_plan.engine_flags(engine)  # an unknown engine is refused here as in the serve stage
+        settings = without_none(instance_plan.instance_settings(raw, defaults, engine))
         gpu_list = normalize_gpus(raw.get("gpus"), facts if facts.get("present") else None,
                                   "instance %s" % name)
         model = _model_input(raw, engine, models, headers)
@@ -83,14 +70,13 @@ def memory_plan_inputs(instances, defaults=None, default_engine=instance_plan.DE
             skipped.append("%s: model %s is not known yet (no header read, not downloaded)"
                            % (name, raw.get("model")))
             continue
-        unit = "%s%s.service" % (instance_plan.by_engine(unit_prefix, engine, "serving_unit_prefix")
-                                 or flags.UNIT_PREFIX, name)
-        entries = _gpu_order(gpu_list, facts)
-        if unit in running:
+        entries = gpu_entries(gpu_list, facts)
+        is_running = instance_plan.unit_name(name, engine, unit_prefix) in running
+        if is_running:
             for entry in entries:
                 entry["memory_free_mib"] = entry.get("memory_total_mib")
         item = {"name": name, "engine": engine, "gpus": [e.get("index") for e in entries] or gpu_list,
-                "settings": settings, "running": unit in running}
+                "settings": settings, "running": is_running}
         item.update(model)
         planned.append(item)
     return {"instances": planned, "gpus": facts, "skipped": skipped}

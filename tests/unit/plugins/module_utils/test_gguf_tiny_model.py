@@ -11,7 +11,6 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
@@ -22,7 +21,7 @@ from tests.fixtures import llama_cpp_source
 np = pytest.importorskip("numpy")
 
 from tests.fixtures.gguf import make_tiny_model as mtm  # noqa: E402  (needs numpy)
-from tests.helpers import ROOT  # noqa: E402
+from tests.helpers import ROOT, wait_healthy  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -186,17 +185,7 @@ def _serve_and_chat(model, extra, tmp_path):
                              "-t", "2"] + extra, stdout=log, stderr=subprocess.STDOUT)
     base = "http://127.0.0.1:%d" % port
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, open(str(tmp_path / "server.log")).read()[-3000:]
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "llama-server not healthy in 60 s"
-            time.sleep(0.3)
+        wait_healthy(proc, base, str(tmp_path / "server.log"))
         body = json.dumps({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 16,
                            "temperature": 0.7}).encode()
         req = urllib.request.Request(base + "/v1/chat/completions", data=body,

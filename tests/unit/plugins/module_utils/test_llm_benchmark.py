@@ -10,13 +10,12 @@ import re
 import socket
 import subprocess
 import time
-import urllib.request
 
 import pytest
 from ansible_collections.llmops.serving.plugins.module_utils import llm_benchmark as lb
 
 from tests.fixtures.fake_openai.server import FakeOpenAI
-from tests.helpers import ROOT
+from tests.helpers import ROOT, wait_healthy
 
 KEY = "sk-bench-0123456789abcdef"
 
@@ -332,17 +331,7 @@ def test_real_llama_server_with_mtp(tmp_path):
              "--spec-type", "draft-mtp", "--spec-draft-n-max", "3"], stdout=log, stderr=subprocess.STDOUT)
     url = "http://127.0.0.1:%d" % port
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, open(log_path).read()[-3000:]
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "llama-server not healthy in 60 s"
-            time.sleep(0.3)
+        wait_healthy(proc, url, log_path)
         runs = [{"prompt_tokens": 512, "max_tokens": 512, "concurrency": 1, "requests": 2},
                 {"prompt_tokens": 512, "max_tokens": 256, "concurrency": 2, "requests": 2}]
         result = lb.benchmark(url, "llama.cpp", api_key=lb.read_api_key(api_key_file=str(key_file)),
