@@ -17,6 +17,8 @@ for the summary line of `bin/llmops-dev test`.
 """
 import os
 import shutil
+import subprocess
+import time
 import xml.etree.ElementTree as ET
 
 import nox
@@ -24,9 +26,14 @@ import nox
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CACHE = os.environ.get("LLMOPS_CACHE_DIR", os.path.join(ROOT, ".cache"))
 COUNTS = os.path.join(CACHE, "counts")
-# Cheap and independent scenarios first; llama_cpp fills the shared build cache (.cache/ci-llama) that
-# llama_server and default (the whole site.yml as a first run) then reuse.
-MOLECULE_SCENARIOS = ("gpu_host", "model", "llama_cpp", "llama_server", "vllm", "default")
+# Two lanes run side by side (`LLMOPS_MOLECULE_LANES=1` runs them one after the other). The first is the
+# llama.cpp build and what reuses its shared build cache (.cache/ci-llama): llama_server, then default (the
+# whole site.yml as a first run). The second needs no build: the fake GPUs, the model downloads, and the
+# scenarios that run the fake vLLM (vllm, fleet, ray). The build is CPU-bound while the second lane mostly
+# waits on systemd, pip and health checks, so on 2 cores the pair takes about the time of the longer lane.
+MOLECULE_LANES = (("llama_cpp", "llama_server", "default"),
+                  ("gpu_host", "model", "vllm", "fleet", "ray"))
+MOLECULE_SCENARIOS = tuple(name for lane in MOLECULE_LANES for name in lane)
 PYTEST_PATHS = ("tests/unit", "tests/roles")
 
 nox.options.default_venv_backend = "none"
@@ -87,7 +94,8 @@ def unit_llama_server(session):
 
 @nox.session
 def molecule(session):
-    """Molecule scenarios, one after another on the host network (all, or those named after --)."""
+    """Molecule scenarios on the host network: all of them in two lanes side by side (MOLECULE_LANES), or
+    those named after -- one after another."""
     if shutil.which("docker") is None:
         session.error("no docker CLI: run `bin/llmops-dev setup` (installs and starts the engine)")
     session.env.setdefault("LLMOPS_DOCKER_CLI", shutil.which("docker"))
@@ -98,12 +106,42 @@ def molecule(session):
     if unknown:
         session.error("unknown scenario(s) %s; known: %s"
                       % (", ".join(unknown), ", ".join(MOLECULE_SCENARIOS)))
-    passed = 0
-    for scenario in scenarios:
-        session.log("molecule test -s %s" % scenario)
-        session.run("molecule", "test", "-s", scenario)
-        passed += 1
-    _record("molecule", passed)
+    lanes = [[name for name in lane if name in scenarios] for lane in MOLECULE_LANES]
+    lanes = [lane for lane in lanes if lane]
+    if session.posargs or os.environ.get("LLMOPS_MOLECULE_LANES", "2") == "1" or len(lanes) < 2:
+        for scenario in scenarios:
+            session.log("molecule test -s %s" % scenario)
+            session.run("molecule", "test", "-s", scenario)
+        _record("molecule", len(scenarios))
+        return
+    _record("molecule", _molecule_lanes(session, lanes))
+
+
+def _molecule_lanes(session, lanes):
+    """Runs each lane's scenarios in order and the lanes at the same time. Each lane writes to
+    .cache/molecule-lane-<n>.log, printed when the lane ends: interleaved output would be unreadable."""
+    env = dict(os.environ, **session.env)
+    running = []
+    for number, lane in enumerate(lanes, 1):
+        log = os.path.join(CACHE, "molecule-lane-%d.log" % number)
+        script = " && ".join("echo '==> molecule test -s %s' && molecule test -s %s" % (name, name)
+                             for name in lane)
+        session.log("lane %d: %s (output: %s)" % (number, ", ".join(lane), log))
+        with open(log, "w") as handle:
+            running.append((number, lane, log, time.time(), subprocess.Popen(
+                ["bash", "-o", "pipefail", "-c", script], stdout=handle, stderr=subprocess.STDOUT, env=env)))
+    failed = []
+    for number, lane, log, started, process in running:
+        code = process.wait()
+        with open(log) as handle:
+            print(handle.read(), flush=True)
+        session.log("lane %d (%s): %s in %d s" % (number, ", ".join(lane), "passed" if code == 0 else
+                                                  "FAILED (exit %d)" % code, time.time() - started))
+        if code:
+            failed.append(number)
+    if failed:
+        session.error("molecule lane(s) %s failed: see the output above" % ", ".join(map(str, failed)))
+    return sum(len(lane) for lane in lanes)
 
 
 @nox.session

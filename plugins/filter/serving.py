@@ -9,7 +9,8 @@ engines' flag tables (where the command lines are built) llama_server_flags.py a
 spellings systemd.py and container.py.
 
     {{ serving_instances | llmops.serving.serving_instance_plans(defaults=..., builds={...}) }}
-    {{ serving_instances | llmops.serving.serving_memory_plan_inputs(defaults=..., gpus=llmops_gpus, ...) }}
+    {{ serving_instances | llmops.serving.serving_memory_plan_inputs(defaults=..., gpus=llmops_gpus, ...,
+                                                                  hostvars=hostvars, groups=groups) }}
     {{ plan | llmops.serving.serving_exec_start(user='llama') }}           -> ExecStart= value
     {{ serving_instances | llmops.serving.serving_env_file('qwen', mode='host', api_keys=...) }} -> env file
     {{ settings | llmops.serving.serving_argv(engine='llama.cpp', model='/m.gguf', port=8003) }}
@@ -94,6 +95,8 @@ def serving_instance_fact(plan):
         "build_id": plan["build_id"],
         # What the benchmark report records beside its figures (the API key is never a setting).
         "settings": plan["settings"],
+        # The inventory group of the Ray cluster a vLLM instance spans (None: this node only).
+        "ray_cluster": plan.get("ray_cluster"),
     }
 
 

@@ -862,6 +862,63 @@ def _vllm_activation(model, settings, tp):
     return tokens * (2 * hidden + 2 * ffn) * 2 * 2 + int(model.get("vocab_size") or 0) * min(seqs, tokens) * 4
 
 
+def _vllm_row(gpu, weights, activation, util, overhead_mib, basis, host=None):
+    """One GPU of a vLLM plan: the budget gpu_memory_utilization gives it and the KV pool that leaves."""
+    total_mib = int(gpu.get("memory_total_mib") or 0)
+    budget = int(total_mib * util * MIB)
+    row = {"index": gpu.get("index"), "name": gpu.get("name"), "memory_total_mib": total_mib,
+           "memory_free_mib": gpu.get("memory_free_mib"), "weights": weights, "activation": activation,
+           "kv": max(budget - weights - activation, 0), "overhead": int(overhead_mib) * MIB, "total": budget,
+           "headroom_mib": _gpu_budget_mib(gpu, basis) - int((budget + MIB - 1) // MIB)}
+    if host is not None:
+        row = dict([("host", host)] + list(row.items()))
+    return row
+
+
+def _vllm_gpu_label(row):
+    if row.get("host") is None:
+        return "GPU %s" % row["index"]
+    return "host %s GPU %s" % (row["host"], row["index"])
+
+
+def _vllm_problems(rows, weights, activation, util, min_headroom_mib):
+    """What vLLM refuses at start, per GPU (each named, with its host on a Ray cluster)."""
+    problems = []
+    for r in rows:
+        if weights + activation + r["overhead"] > r["total"]:
+            problems.append("%s: weights per rank %s + activations %s + CUDA/PyTorch %s exceed "
+                            "gpu_memory_utilization %.2f x %s" % (_vllm_gpu_label(r), _mib(weights),
+                                                                  _mib(activation), _mib(r["overhead"]), util,
+                                                                  "{:,} MiB".format(r["memory_total_mib"])))
+        elif r["headroom_mib"] < int(min_headroom_mib):
+            problems.append("%s has %s free, gpu_memory_utilization %.2f needs %s: short by %s" % (
+                _vllm_gpu_label(r), "{:,} MiB".format(r["headroom_mib"] + int((r["total"] + MIB - 1) // MIB)),
+                util, _mib(r["total"]), "{:,} MiB".format(int(min_headroom_mib) - r["headroom_mib"])))
+    return problems
+
+
+def _vllm_pool_verdict(problems, suggestions, settings, kv_tokens, max_len, per_token):
+    """The KV pool must hold one max_model_len sequence (vLLM's own check); fills fits/refusal."""
+    if not problems and max_len and kv_tokens < max_len:
+        problems.append("the KV pool holds %d tokens, less than max_model_len %d: short by %s"
+                        % (kv_tokens, max_len, _mib((max_len - kv_tokens) * per_token)))
+        if kv_tokens:
+            suggestions.append({"settings": {"max_model_len": kv_tokens // 256 * 256},
+                                "text": "max_model_len %d" % (kv_tokens // 256 * 256)})
+        if not str(settings.get("kv_cache_dtype") or "auto").startswith("fp8"):
+            suggestions.append({"settings": {"kv_cache_dtype": "fp8"}, "text": "kv_cache_dtype fp8"})
+
+
+def _vllm_finish(plan, name, problems, suggestions, otherwise=""):
+    """fits, suggestions and the refusal (`otherwise`: what to say when nothing is suggested)."""
+    plan["fits"] = not problems
+    plan["suggestions"] = suggestions
+    plan["refusal"] = None if not problems else "instance %s does not fit: %s%s" % (
+        name, "; ".join(problems),
+        (". Would fit: " + "; or ".join(x["text"] for x in suggestions)) if suggestions else otherwise)
+    return plan
+
+
 def plan_vllm(model, gpus, settings, name="instance", overhead_mib=DEFAULT_VLLM_OVERHEAD_MIB,
               min_headroom_mib=0, other_gpus=None, basis="free"):
     """Plan a vLLM instance: weights per TP rank, the KV pool gpu_memory_utilization leaves, the tokens it
@@ -878,16 +935,7 @@ def plan_vllm(model, gpus, settings, name="instance", overhead_mib=DEFAULT_VLLM_
     weights = _vllm_weights(model, settings) // tp
     activation = _vllm_activation(model, settings, tp)
     per_token = vllm_kv_bytes_per_token(model, settings, tp)
-    rows = []
-    for gpu in gpus:
-        total_mib = int(gpu.get("memory_total_mib") or 0)
-        budget = int(total_mib * util * MIB)
-        kv = max(budget - weights - activation, 0)
-        row = {"index": gpu.get("index"), "name": gpu.get("name"), "memory_total_mib": total_mib,
-               "memory_free_mib": gpu.get("memory_free_mib"), "weights": weights, "activation": activation,
-               "kv": kv, "overhead": int(overhead_mib) * MIB, "total": budget,
-               "headroom_mib": _gpu_budget_mib(gpu, basis) - int((budget + MIB - 1) // MIB)}
-        rows.append(row)
+    rows = [_vllm_row(gpu, weights, activation, util, overhead_mib, basis) for gpu in gpus]
     kv_tokens = min(r["kv"] for r in rows) // per_token if per_token else 0
     plan = {
         "name": name, "engine": "vllm", "tensor_parallel_size": tp, "gpu_memory_utilization": util,
@@ -898,36 +946,86 @@ def plan_vllm(model, gpus, settings, name="instance", overhead_mib=DEFAULT_VLLM_
         # the largest max_model_len the pool holds one sequence of (vLLM's own check)
         "max_ctx_size": kv_tokens, "max_parallel": kv_tokens // max_len if max_len else None,
     }
-    problems, suggestions = [], []
-    for r in rows:
-        if weights + activation + r["overhead"] > r["total"]:
-            problems.append("GPU %s: weights per rank %s + activations %s + CUDA/PyTorch %s exceed "
-                            "gpu_memory_utilization %.2f x %s" % (r["index"], _mib(weights), _mib(activation),
-                                                                  _mib(r["overhead"]), util,
-                                                                  "{:,} MiB".format(r["memory_total_mib"])))
-        elif r["headroom_mib"] < int(min_headroom_mib):
-            problems.append("GPU %s has %s free, gpu_memory_utilization %.2f needs %s: short by %s" % (
-                r["index"], "{:,} MiB".format(r["headroom_mib"] + int((r["total"] + MIB - 1) // MIB)), util,
-                _mib(r["total"]), "{:,} MiB".format(int(min_headroom_mib) - r["headroom_mib"])))
-    if not problems and max_len and kv_tokens < max_len:
-        problems.append("the KV pool holds %d tokens, less than max_model_len %d: short by %s"
-                        % (kv_tokens, max_len, _mib((max_len - kv_tokens) * per_token)))
-        if kv_tokens:
-            suggestions.append({"settings": {"max_model_len": kv_tokens // 256 * 256},
-                                "text": "max_model_len %d" % (kv_tokens // 256 * 256)})
-        if not str(settings.get("kv_cache_dtype") or "auto").startswith("fp8"):
-            suggestions.append({"settings": {"kv_cache_dtype": "fp8"}, "text": "kv_cache_dtype fp8"})
+    suggestions = []
+    problems = _vllm_problems(rows, weights, activation, util, min_headroom_mib)
+    _vllm_pool_verdict(problems, suggestions, settings, kv_tokens, max_len, per_token)
     if problems and not any("max_model_len" in p for p in problems) and len(other_gpus or []) >= tp:
         suggestions.append({"settings": {"tensor_parallel_size": tp * 2},
                             "text": "tensor_parallel_size %d (on %d more GPUs)" % (tp * 2, tp)})
-    plan["fits"] = not problems
-    plan["suggestions"] = suggestions
-    plan["refusal"] = None if not problems else "instance %s does not fit: %s%s" % (
-        name, "; ".join(problems),
-        (". Would fit: " + "; or ".join(x["text"] for x in suggestions)) if suggestions else "")
+    _vllm_finish(plan, name, problems, suggestions)
     plan["message"] = "%s: TP %d, weights %s per rank, KV pool %s = %d tokens (%s x max_model_len %d)" % (
         name, tp, _mib(weights), _mib(min(r["kv"] for r in rows)), kv_tokens, plan["max_concurrency"],
         max_len)
+    return plan
+
+
+def _node_gpus(node, name):
+    """The GPUs Ray uses on one node: its `gpus` entries, the first `num_gpus` of them when given."""
+    gpus = list(node.get("gpus") or [])
+    num = node.get("num_gpus")
+    if num is not None and num != "":
+        num = int(num)
+        if num > len(gpus):
+            raise PlanError("instance %s: node %s declares %d GPU(s) to Ray but its gpus list has %d"
+                            % (name, node.get("host"), num, len(gpus)))
+        gpus = gpus[:num]
+    return gpus
+
+
+def plan_vllm_cluster(model, nodes, settings, name="instance", overhead_mib=DEFAULT_VLLM_OVERHEAD_MIB,
+                      min_headroom_mib=0, basis="free", ray_cluster=None):
+    """Plan a vLLM instance on a Ray cluster: `nodes` are [{host, gpus: llmops_gpus entries Ray uses there,
+    num_gpus (optional: what the node declares to Ray, the first that many of gpus)}], the head first. Every
+    GPU of every node runs one rank of TP x PP.
+
+    Approximation: vLLM gives each pipeline stage a contiguous share of the layers (layers / PP, the
+    remainder spread over the first stages) and splits each layer's weights across the stage's TP ranks, so a
+    rank holds about weights / (TP x PP); the embedding and the output head sit on the first and last stage
+    only, which this even split does not show (small next to the layers of a model that needs a cluster).
+    A rank's KV cache holds its stage's attention layers (/ PP) with the KV heads split across TP; the
+    activation peak is that of one TP rank (a stage's forward holds one layer at a time)."""
+    settings = dict(settings or {})
+    tp = _int(settings, "tensor_parallel_size", 1)
+    pp = _int(settings, "pipeline_parallel_size", 1)
+    ranks = tp * pp
+    per_node = [(node.get("host"), _node_gpus(node, name)) for node in nodes or []]
+    count = sum(len(g) for _h, g in per_node)
+    if not per_node or count != ranks:
+        raise PlanError("instance %s: tensor_parallel_size %d x pipeline_parallel_size %d = %d ranks, but "
+                        "the nodes of ray_cluster %s give %d GPU(s) (%s): they must be equal (one rank per "
+                        "GPU)"
+                        % (name, tp, pp, ranks, ray_cluster, count,
+                           ", ".join("%s %d" % (h, len(g)) for h, g in per_node) or "no nodes"))
+    util = float(settings.get("gpu_memory_utilization") or VLLM_DEFAULT_UTILIZATION)
+    max_len = _int(settings, "max_model_len", int(model.get("max_position_embeddings") or 0))
+    weights = _vllm_weights(model, settings) // ranks
+    activation = _vllm_activation(model, settings, tp)
+    per_token = (vllm_kv_bytes_per_token(model, settings, tp) + pp - 1) // pp
+    rows = [_vllm_row(gpu, weights, activation, util, overhead_mib, basis, host=str(host))
+            for host, gpus in per_node for gpu in gpus]
+    kv_tokens = min(r["kv"] for r in rows) // per_token if per_token else 0
+    plan = {
+        "name": name, "engine": "vllm", "ray_cluster": ray_cluster, "nodes": [str(h) for h, _g in per_node],
+        "tensor_parallel_size": tp, "pipeline_parallel_size": pp, "gpu_memory_utilization": util,
+        "weights_per_rank": weights, "kv_bytes_per_token": per_token, "kv_tokens": kv_tokens,
+        "max_model_len": max_len,
+        "max_concurrency": round(float(kv_tokens) / max_len, 2) if max_len else None,
+        "gpus": rows, "total_bytes": sum(r["total"] for r in rows),
+        "max_ctx_size": kv_tokens, "max_parallel": kv_tokens // max_len if max_len else None,
+    }
+    suggestions = []
+    problems = _vllm_problems(rows, weights, activation, util, min_headroom_mib)
+    _vllm_pool_verdict(problems, suggestions, settings, kv_tokens, max_len, per_token)
+    if any("exceed" in p for p in problems):
+        otherwise = (". Nothing smaller fits on these nodes: add nodes to ray_cluster %s (one more pipeline "
+                     "stage each) or use larger GPUs" % ray_cluster)
+    else:
+        otherwise = ". Free the GPU(s) named (another process holds them) or lower gpu_memory_utilization"
+    _vllm_finish(plan, name, problems, suggestions, otherwise=otherwise)
+    plan["message"] = ("%s: Ray cluster %s, TP %d x PP %d on %d node(s) (%s), weights %s per rank, KV pool "
+                       "%s = %d tokens (%s x max_model_len %d)" % (
+                           name, ray_cluster, tp, pp, len(per_node), ", ".join(plan["nodes"]), _mib(weights),
+                           _mib(min(r["kv"] for r in rows)), kv_tokens, plan["max_concurrency"], max_len))
     return plan
 
 
@@ -957,14 +1055,59 @@ def _model_not_on_node(inst, engine):
     return None
 
 
+def _not_planned(name, engine, why):
+    return {"name": name, "engine": engine, "fits": None, "planned": False, "refusal": None,
+            "message": "%s: not planned: %s" % (name, why)}
+
+
+def _vllm_model(name, model, inst, summarize_vllm):
+    """(the vLLM model summary, None) or (None, why it cannot be planned)."""
+    if isinstance(model, dict):
+        return model, None
+    model_dir = inst.get("model_dir") or model
+    if not model_dir:
+        raise PlanError("instance %s (vllm) has no model_dir" % name)
+    model = summarize_vllm(model_dir)
+    if not model.get("num_hidden_layers") or not model.get("weights_bytes"):
+        return None, "%s has no layer count in config.json or no *.safetensors weights" % model_dir
+    return model, None
+
+
+def _plan_cluster_instance(inst, name, model, settings, summarize_vllm, overhead_mib, min_headroom_mib,
+                           basis):
+    """A vLLM instance on a Ray cluster (`nodes`, `ray_cluster`): not planned while a node's GPUs are unknown
+    (llmops_gpus not gathered there), else plan_vllm_cluster over every node's GPUs."""
+    nodes = inst.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise PlanError("instance %s: nodes must be a list of {host, gpus, num_gpus} (the Ray cluster's "
+                        "nodes)" % name)
+    unknown = [str(n.get("host")) for n in nodes if not isinstance(n, dict) or n.get("gpus") is None]
+    if unknown:
+        return _not_planned(name, "vllm", "the GPUs of %s in ray_cluster %s are unknown (llmops_gpus not "
+                                          "gathered there: run gpu_facts on every node of the cluster)"
+                            % (", ".join(unknown), inst.get("ray_cluster")))
+    model, why = _vllm_model(name, model, inst, summarize_vllm)
+    if why:
+        return _not_planned(name, "vllm", why)
+    options = {"basis": basis, "ray_cluster": inst.get("ray_cluster")}
+    if overhead_mib is not None:
+        options["overhead_mib"] = overhead_mib
+    if min_headroom_mib is not None:
+        options["min_headroom_mib"] = min_headroom_mib
+    plan = plan_vllm_cluster(model, nodes, settings, name=name, **options)
+    plan["planned"] = True
+    return plan
+
+
 def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, basis="free",
                    summarize_vllm=vllm_model_summary, read_gguf=None, host_memory_mib=None):
     """The serving_plan module's work: one plan per instance. `instances`: dicts with name, engine, gpus
     (physical indexes), settings and model (gguf_info's result, or `model_path` read with read_gguf; for vLLM
     the model directory as `model_dir` or a string `model`, read with summarize_vllm). `gpus`: the
     llmops_gpus fact or its `gpus` list. A llama.cpp instance with no GPUs (none given and none on the host,
-    or n_gpu_layers 0) is planned in host memory against host_memory_mib. Returns (plans by name, messages,
-    refusals)."""
+    or n_gpu_layers 0) is planned in host memory against host_memory_mib. A vLLM instance with `nodes` (and
+    `ray_cluster`) runs on a Ray cluster: it is planned on every GPU of every node (plan_vllm_cluster), not on
+    `gpus`. Returns (plans by name, messages, refusals)."""
     if isinstance(gpus, dict):
         gpus = gpus.get("gpus") or []  # the whole llmops_gpus fact
     by_index = dict((str(g.get("index")), g) for g in (gpus or []))
@@ -985,6 +1128,14 @@ def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, ba
                 raise PlanError("instance %s: model_path given but no GGUF reader" % name)
             model = read_gguf(inst["model_path"])
         settings = inst.get("settings") or {}
+        if engine == "vllm" and inst.get("nodes") is not None:
+            plan = _plan_cluster_instance(inst, name, model, settings, summarize_vllm, overhead_mib,
+                                          min_headroom_mib, basis)
+            plans[name] = plan
+            messages.append(plan["message"])
+            if plan.get("refusal"):
+                refusals.append(plan["refusal"])
+            continue
         indexes = inst.get("gpus")
         if indexes is None or indexes == []:
             indexes = [g.get("index") for g in (gpus or [])]
@@ -1007,16 +1158,10 @@ def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, ba
                             % (name, ", ".join(missing), ", ".join(sorted(by_index)) or "none"))
         chosen = [by_index[str(i)] for i in indexes]
         others = [g for g in (gpus or []) if g not in chosen]
-        if engine == "vllm" and not isinstance(model, dict):
-            model_dir = inst.get("model_dir") or model
-            if not model_dir:
-                raise PlanError("instance %s (vllm) has no model_dir" % name)
-            model = summarize_vllm(model_dir)
-            if not model.get("num_hidden_layers") or not model.get("weights_bytes"):
-                plans[name] = {"name": name, "engine": engine, "fits": None, "planned": False,
-                               "refusal": None,
-                               "message": "%s: not planned: %s has no layer count in config.json or no "
-                                          "*.safetensors weights" % (name, model_dir)}
+        if engine == "vllm":
+            model, why = _vllm_model(name, model, inst, summarize_vllm)
+            if why:
+                plans[name] = _not_planned(name, engine, why)
                 messages.append(plans[name]["message"])
                 continue
         if not isinstance(model, dict):

@@ -39,6 +39,13 @@ options:
         reads, never its data) or, for vLLM, C(model_dir) (the model directory on the node).
       - A llama.cpp instance with no GPUs (C(gpus) empty on a host without GPUs, or C(n_gpu_layers) 0) is
         planned in host memory against O(host_memory_mib).
+      - A vLLM instance that spans a Ray cluster also has C(ray_cluster) (the inventory group) and C(nodes), a
+        list of C(host), C(gpus) (the C(llmops_gpus) entries of that node that Ray uses, null while the node's
+        C(llmops_gpus) is unknown) and optionally C(num_gpus) (what the node declares to Ray, the first that
+        many of C(gpus)), the head first. It is planned on every GPU of every node (one rank each of
+        C(tensor_parallel_size) x C(pipeline_parallel_size), which must equal their count), not on C(gpus)
+        and O(gpus); its model is read on this node (the head). A node with unknown GPUs makes the plan
+        C(planned) false, saying which.
     type: list
     elements: dict
     required: true
@@ -110,6 +117,22 @@ EXAMPLES = r"""
         settings: "{{ l20_vllm_settings }}"
   register: plan
 
+- name: Plan a model larger than one node on Ray cluster ray_cluster (TP 4 within each node, PP 2)
+  llmops.serving.serving_plan:
+    gpus: "{{ llmops_gpus }}"
+    instances:
+      - name: big-fp8
+        engine: vllm
+        model_dir: /home/models/Big-FP8
+        settings: {tensor_parallel_size: 4, pipeline_parallel_size: 2, distributed_executor_backend: ray}
+        ray_cluster: ray_cluster
+        nodes:
+          - host: gpu-head
+            gpus: "{{ hostvars['gpu-head'].llmops_gpus.gpus }}"
+          - host: gpu-worker1
+            gpus: "{{ hostvars['gpu-worker1'].llmops_gpus.gpus }}"
+            num_gpus: 4
+
 - name: Show the per-GPU figures
   ansible.builtin.debug:
     msg: "{{ plan.messages }}"
@@ -132,6 +155,10 @@ plans:
       given.
     - vLLM plans also have C(tensor_parallel_size), C(weights_per_rank), C(kv_bytes_per_token), C(kv_tokens)
       and C(max_concurrency).
+    - vLLM plans on a Ray cluster also have C(ray_cluster), C(nodes) (the hosts, head first) and
+      C(pipeline_parallel_size) (C(tensor_parallel_size) is then the TP size alone); each of their C(gpus)
+      rows has C(host), and a refusal names the host and GPU that is short. Weights and KV per rank are
+      the model's / (TP x PP), an even split of the layers over the pipeline stages.
   returned: always
   type: dict
   sample: {"qwen36-27b": {"fits": true, "ctx_size": 262144, "parallel": 2, "tensor_split": [0.5, 0.5],

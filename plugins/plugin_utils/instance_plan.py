@@ -48,9 +48,15 @@ ENGINES = {"llama.cpp": llama_server_flags, "vllm": vllm_flags}
 DEFAULT_ENGINE = "llama.cpp"
 
 INSTANCE_FIELDS = ("name", "engine", "model", "served_model_name", "gpus", "host", "port", "settings",
-                   "extra_args", "env", "mode", "accept_exposure")
+                   "extra_args", "env", "mode", "accept_exposure", "ray_cluster")
 MODES = ("host", "container")
 LOOPBACK_HOSTS = ("localhost", "::1", "ip6-localhost")
+# A vLLM instance that spans nodes names the inventory group of its Ray cluster (`ray_cluster: <group>`, on
+# the head's serving_instances); vLLM then runs its workers as Ray actors on the cluster's GPUs.
+RAY_ENGINE = "vllm"
+RAY_BACKEND = "ray"
+# What role ray_cluster declares to Ray per node: this host variable when set, else every GPU of llmops_gpus.
+RAY_NUM_GPUS_VAR = "ray_cluster_num_gpus"
 # Variables the role computes from the gpus list; the instance's env may not set them.
 GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
@@ -191,6 +197,95 @@ def instance_settings(raw, defaults, engine):
     return settings
 
 
+def ray_settings(raw, settings, engine, name):
+    """The settings of an instance with `ray_cluster`: only vLLM, and distributed_executor_backend ray (set
+    when absent or left null; a different value in the instance's own settings is refused, one inherited from
+    serving_default_settings is replaced: the defaults are written for single-node instances). Returns
+    `settings` unchanged for an instance without ray_cluster."""
+    group = raw.get("ray_cluster")
+    if group is None:
+        return settings
+    if not isinstance(group, str) or not group:
+        raise ServingError("instance %s: ray_cluster must be the name of an inventory group (the hosts of "
+                           "the Ray cluster), got %r" % (name, group))
+    if engine != RAY_ENGINE:
+        raise ServingError("instance %s: ray_cluster is for engine vllm (its Ray executor spans nodes); "
+                           "engine %s runs on one node: remove ray_cluster or set engine: vllm"
+                           % (name, engine))
+    own = (raw.get("settings") or {}).get("distributed_executor_backend")
+    if own is not None and str(own) != RAY_BACKEND:
+        raise ServingError("instance %s: ray_cluster %s runs vLLM with distributed_executor_backend ray, but "
+                           "its settings say %r: remove that setting (ray_cluster implies ray) or remove "
+                           "ray_cluster to run on this node only" % (name, group, own))
+    settings = dict(settings)
+    settings["distributed_executor_backend"] = RAY_BACKEND
+    return settings
+
+
+def _host_vars(hostvars, host):
+    try:
+        return hostvars[host]
+    except KeyError:
+        return {}
+
+
+def _count(value, what):
+    if isinstance(value, bool) or not (is_number(value) or str(value).strip().isdigit()) or int(value) < 0:
+        raise ServingError("%s must be a number of GPUs, got %r" % (what, value))
+    return int(value)
+
+
+def ray_cluster_nodes(group, hostvars, groups, head=None, head_gpus=None, name="instance"):
+    """The nodes of Ray cluster `group` (an inventory group) as role ray_cluster declares them to Ray:
+    a list of {"host", "num_gpus" (None when unknown), "gpus" (the llmops_gpus entries Ray uses, None when
+    the node's llmops_gpus is unknown), "unknown" (why, or None)}, the head first.
+
+    A node declares ray_cluster_num_gpus when set (the first that many GPUs by index), else every GPU of its
+    llmops_gpus. On the head, the instance's own `head_gpus` (its gpus list, physical indexes) are the GPUs it
+    uses when given (in the instance's order). `hostvars`/`groups` are Ansible's; None when the caller has
+    none (returns None)."""
+    if hostvars is None or groups is None:
+        return None
+    hosts = list((groups or {}).get(group) or ())
+    if not hosts:
+        raise ServingError("instance %s: ray_cluster %s is not an inventory group with hosts (the Ray head "
+                           "and workers): add the group or name the right one" % (name, group))
+    if head in hosts:
+        hosts = [head] + [h for h in hosts if h != head]
+    nodes = []
+    for host in hosts:
+        hv = _host_vars(hostvars, host)
+        fact = hv.get("llmops_gpus") if hasattr(hv, "get") else None
+        declared = hv.get(RAY_NUM_GPUS_VAR) if hasattr(hv, "get") else None
+        known = isinstance(fact, dict) and fact.get("present") and isinstance(fact.get("gpus"), list)
+        entries = sorted(fact["gpus"], key=lambda g: int(g.get("index") or 0)) if known else None
+        num = None
+        if declared is not None and declared != "":
+            num = _count(declared, "%s of host %s" % (RAY_NUM_GPUS_VAR, host))
+        elif entries is not None:
+            num = len(entries)
+        if host == head and head_gpus:
+            if num is not None and len(head_gpus) != num:
+                raise ServingError(
+                    "instance %s: its gpus list %d GPU(s) of the head %s, but the head declares %d to Ray "
+                    "(%s, else all of llmops_gpus): make them equal (Ray, not the instance, places the "
+                    "workers)" % (name, len(head_gpus), host, num, RAY_NUM_GPUS_VAR))
+            num = len(head_gpus)
+            if entries is not None:
+                entries = gpu_entries(head_gpus, fact)
+        elif entries is not None and num is not None:
+            if num > len(entries):
+                raise ServingError("instance %s: host %s declares %s %d, but llmops_gpus lists %d GPU(s)"
+                                   % (name, host, RAY_NUM_GPUS_VAR, num, len(entries)))
+            entries = entries[:num]
+        unknown = None
+        if entries is None:
+            unknown = ("the GPUs of %s are unknown (llmops_gpus not gathered there: run gpu_facts on every "
+                       "host of %s in the play)" % (host, group))
+        nodes.append({"host": host, "num_gpus": num, "gpus": entries, "unknown": unknown})
+    return nodes
+
+
 def unit_name(name, engine, unit_prefix=None):
     """The systemd unit of instance `name`: serving_unit_prefix[engine] (or the engine's own) + name."""
     prefix = by_engine(unit_prefix, engine, "serving_unit_prefix") or engine_flags(engine).UNIT_PREFIX
@@ -243,7 +338,8 @@ def _build_env(build, instance_env, name, flags):
 def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None, api_key_names=(),
                    key_dir="/etc/llama-server", unit_prefix=None, binary_override=None, mode_override=None,
                    image_override=None, systemd_version=None, default_engine=DEFAULT_ENGINE, timeouts=None,
-                   fronted_by_proxy=False, running_units=()):
+                   fronted_by_proxy=False, running_units=(), hostvars=None, groups=None,
+                   inventory_hostname=None):
     """Resolve every instance of a host. Returns a list of dicts (no secrets in them).
 
     Per-engine arguments are mappings keyed by engine (llama.cpp, vllm): `defaults` (settings), `builds`
@@ -255,6 +351,9 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
     engine's preflight refuses (vLLM: parallel sizes vs GPUs, memory); its warnings go to the plan.
     `env` values stay out of the plan (it is a fact): `env_names` lists the names, `env_file` is where the
     role writes them (always written, empty when there is no env, so a removed variable is removed there too).
+    An instance with `ray_cluster` (vLLM on a Ray cluster, see ray_settings) is checked against the cluster's
+    nodes, read from `hostvars`/`groups` (Ansible's; `inventory_hostname` is the head): without them only a
+    warning says the cluster could not be checked.
     """
     if not isinstance(instances, (list, tuple)):
         raise ServingError("serving_instances must be a list of instance mappings")
@@ -274,7 +373,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
         gpu_list = normalize_gpus(raw.get("gpus"), gpus, "instance %s" % name)
         claim_gpus(owners, gpu_list, name)
         model_path, model_sha = resolve_model(raw.get("model"), models, "instance %s" % name)
-        settings = instance_settings(raw, defaults, engine)
+        settings = ray_settings(raw, instance_settings(raw, defaults, engine), engine, name)
         mode = (by_engine(mode_override, engine, "serving_mode") or raw.get("mode") or build.get("mode")
                 or "host")
         if mode not in MODES:
@@ -290,7 +389,17 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
                                 extra_args=raw.get("extra_args"), gpus=gpu_list, served_model_name=served,
                                 allowed_extra_flags=build.get("extra_flags") or ())
         unit = unit_name(name, engine, unit_prefix)
-        warnings = flags.preflight(settings, gpu_list, gpu_entries(gpu_list, gpus), unit in running_units)
+        if raw.get("ray_cluster"):
+            cluster = {"group": raw["ray_cluster"],
+                       "nodes": ray_cluster_nodes(raw["ray_cluster"], hostvars, groups,
+                                                  head=inventory_hostname, head_gpus=gpu_list, name=name)}
+            try:
+                warnings = flags.preflight(settings, gpu_list, gpu_entries(gpu_list, gpus),
+                                           unit in running_units, cluster=cluster)
+            except ServingError as exc:
+                raise ServingError("instance %s: %s" % (name, exc)) from None
+        else:
+            warnings = flags.preflight(settings, gpu_list, gpu_entries(gpu_list, gpus), unit in running_units)
         timeout = int(by_engine(timeouts, engine, "serving_timeout_start_sec") or flags.TIMEOUT_START_SEC)
         # `env` holds what is not secret (visible in the unit): the build's runtime-wide env (llmops_vllm.env,
         # e.g. a fork's switches) unless the instance's own env sets the key, then what the role computes.
@@ -335,6 +444,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
             ("container_name", unit[:-len(".service")] if mode == "container" else None),
             ("container_args", list(flags.CONTAINER_ARGS)),
             ("timeout_start_sec", timeout),
+            ("ray_cluster", raw.get("ray_cluster")),
             ("warnings", warnings),
         ])
         plans.append(plan)

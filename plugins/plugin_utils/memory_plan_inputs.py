@@ -13,6 +13,11 @@ A GPU held by an instance that runs now counts as free: the instance owns its GP
 planner refuses sharing) and its restart frees what it holds, so the plan of a running node is the plan of
 the node after the restart, not a refusal caused by the server it replaces.
 
+A vLLM instance with `ray_cluster` (see instance_plan.ray_settings) spans the nodes of that inventory group:
+its item carries `ray_cluster` and `nodes` ([{host, gpus: the llmops_gpus entries Ray uses there (null while
+that node's llmops_gpus is unknown), num_gpus}], the head first), read from Ansible's `hostvars`/`groups`; the
+module plans every GPU of every node, and reports a node whose GPUs are unknown as not planned.
+
 Controller-only, unit-tested by tests/unit/plugins/plugin_utils/test_memory_plan_inputs.py; reached through
 the filter llmops.serving.serving_memory_plan_inputs.
 """
@@ -44,10 +49,29 @@ def _model_input(raw, engine, models, headers):
     return {"model_path": model} if str(model).startswith("/") else None
 
 
+def _ray_nodes(raw, name, gpu_list, hostvars, groups, inventory_hostname, is_running):
+    """The module's `nodes` of a Ray instance (copies: a running instance's GPUs count free on every node),
+    or None when the caller passed no hostvars/groups."""
+    nodes = instance_plan.ray_cluster_nodes(raw["ray_cluster"], hostvars, groups, head=inventory_hostname,
+                                            head_gpus=gpu_list, name=name)
+    if nodes is None:
+        return None
+    out = []
+    for node in nodes:
+        entries = copy.deepcopy(node["gpus"])
+        if is_running and entries:
+            for entry in entries:
+                entry["memory_free_mib"] = entry.get("memory_total_mib")
+        out.append({"host": node["host"], "gpus": entries, "num_gpus": node["num_gpus"]})
+    return out
+
+
 def memory_plan_inputs(instances, defaults=None, default_engine=instance_plan.DEFAULT_ENGINE, models=None,
-                       headers=None, gpus=None, running_units=(), unit_prefix=None):
+                       headers=None, gpus=None, running_units=(), unit_prefix=None, hostvars=None,
+                       groups=None, inventory_hostname=None):
     """-> {"instances": [...], "gpus": llmops_gpus with running instances' GPUs counted free,
-    "skipped": ["<instance>: why it cannot be planned yet", ...]}"""
+    "skipped": ["<instance>: why it cannot be planned yet", ...]}. `hostvars`, `groups` and
+    `inventory_hostname` (the head) are Ansible's, for instances with ray_cluster."""
     facts = copy.deepcopy(gpus) if gpus else {"present": False, "gpus": []}
     running = set(running_units or ())
     planned = []
@@ -58,7 +82,8 @@ def memory_plan_inputs(instances, defaults=None, default_engine=instance_plan.DE
         name = str(raw["name"])
         engine = raw.get("engine") or default_engine
         instance_plan.engine_flags(engine)  # an unknown engine is refused here as in the serve stage
-        settings = without_none(instance_plan.instance_settings(raw, defaults, engine))
+        settings = without_none(instance_plan.ray_settings(
+            raw, instance_plan.instance_settings(raw, defaults, engine), engine, name))
         gpu_list = normalize_gpus(raw.get("gpus"), facts if facts.get("present") else None,
                                   "instance %s" % name)
         model = _model_input(raw, engine, models, headers)
@@ -72,11 +97,20 @@ def memory_plan_inputs(instances, defaults=None, default_engine=instance_plan.DE
             continue
         entries = gpu_entries(gpu_list, facts)
         is_running = instance_plan.unit_name(name, engine, unit_prefix) in running
+        cluster = {}
+        if raw.get("ray_cluster"):
+            nodes = _ray_nodes(raw, name, gpu_list, hostvars, groups, inventory_hostname, is_running)
+            if nodes is None:
+                skipped.append("%s: ray_cluster %s: the cluster's nodes are not known here (hostvars/groups "
+                               "not given to serving_memory_plan_inputs)" % (name, raw["ray_cluster"]))
+                continue
+            cluster = {"ray_cluster": raw["ray_cluster"], "nodes": nodes}
         if is_running:
             for entry in entries:
                 entry["memory_free_mib"] = entry.get("memory_total_mib")
         item = {"name": name, "engine": engine, "gpus": [e.get("index") for e in entries] or gpu_list,
                 "settings": settings, "running": is_running}
         item.update(model)
+        item.update(cluster)
         planned.append(item)
     return {"instances": planned, "gpus": facts, "skipped": skipped}

@@ -534,3 +534,86 @@ def test_instances_without_gpus_are_planned_in_host_memory(tiny_models):
     plans, _m, _r = mp.plan_instances([dict(instances[0], gpus=[0], settings=dict(settings, n_gpu_layers=0))],
                                       {"gpus": [l20(0)]}, read_gguf=gguf.inspect)
     assert plans["cpu"]["device"] == "host"
+
+
+# --- vLLM on a Ray cluster (TP within a node, PP across nodes) -------------------------------------------
+
+
+def big_moe_fp8(weights_bytes):
+    """vllm_model_summary's result for a checkpoint too large for one node (a 235B-class FP8 model: 94
+    layers, 4 KV heads of 128, block-FP8 quantization_config)."""
+    return {
+        "num_hidden_layers": 94, "hidden_size": 4096, "intermediate_size": 12288, "num_attention_heads": 64,
+        "num_key_value_heads": 4, "head_dim": 128, "full_attention_layers": 94, "linear_attention_layers": 0,
+        "mtp_layers": 0, "vocab_size": 151936, "max_position_embeddings": 40960, "dtype": "bfloat16",
+        "quantization_config": {"quant_method": "fp8"}, "weights_bytes": weights_bytes,
+    }
+
+
+def two_l20_nodes(worker_free=46068):
+    return [{"host": "head", "gpus": [l20(i) for i in range(4)]},
+            {"host": "worker1", "gpus": [l20(i, worker_free if i == 2 else 46068) for i in range(4)]}]
+
+
+RAY_SETTINGS = {"tensor_parallel_size": 4, "pipeline_parallel_size": 2, "max_model_len": 32768,
+                "distributed_executor_backend": "ray"}
+
+
+def test_vllm_ray_cluster_250_gb_fp8_fits_on_two_nodes_of_four_l20s():
+    plan = mp.plan_vllm_cluster(big_moe_fp8(250 * 10 ** 9), two_l20_nodes(), RAY_SETTINGS, name="big",
+                                ray_cluster="ray_cluster")
+    assert plan["fits"] and plan["refusal"] is None
+    assert plan["tensor_parallel_size"] == 4 and plan["pipeline_parallel_size"] == 2
+    assert plan["nodes"] == ["head", "worker1"] and plan["ray_cluster"] == "ray_cluster"
+    # every GPU of every node is a rank, each row says its node
+    assert [(r["host"], r["index"]) for r in plan["gpus"]] == \
+        [("head", i) for i in range(4)] + [("worker1", i) for i in range(4)]
+    # weights / (TP x PP); KV: 94 layers / PP 2 stages, 4 KV heads / TP 4 = 1 per rank, 128 x (K+V) x 2 bytes
+    assert plan["weights_per_rank"] == 250 * 10 ** 9 // 8
+    assert plan["kv_bytes_per_token"] == 94 * 1 * 128 * 2 * 2 // 2
+    assert plan["kv_tokens"] >= 32768 and plan["max_concurrency"] >= 1
+    assert "Ray cluster ray_cluster, TP 4 x PP 2 on 2 node(s) (head, worker1)" in plan["message"]
+
+
+def test_vllm_ray_cluster_500_gb_does_not_fit_and_a_busy_gpu_is_named_with_its_host():
+    plan = mp.plan_vllm_cluster(big_moe_fp8(500 * 10 ** 9), two_l20_nodes(), RAY_SETTINGS, name="big",
+                                ray_cluster="ray_cluster")
+    assert not plan["fits"]
+    assert "host worker1 GPU 3: weights per rank 59,605 MiB" in plan["refusal"]
+    assert "add nodes to ray_cluster ray_cluster" in plan["refusal"]
+    busy = mp.plan_vllm_cluster(big_moe_fp8(250 * 10 ** 9), two_l20_nodes(worker_free=20000), RAY_SETTINGS,
+                                name="big", ray_cluster="ray_cluster")
+    assert not busy["fits"]
+    assert re.search(r"host worker1 GPU 2 has 20,000 MiB free, gpu_memory_utilization 0.90 needs 41,462 MiB: "
+                     r"short by 21,462 MiB", busy["refusal"]), busy["refusal"]
+    assert "host head" not in busy["refusal"] and "GPU 1 " not in busy["refusal"]
+    assert busy["refusal"].endswith("Free the GPU(s) named (another process holds them) or lower "
+                                    "gpu_memory_utilization")
+
+
+def test_vllm_ray_cluster_uses_num_gpus_of_each_node_and_refuses_a_rank_count_that_differs():
+    nodes = [{"host": "head", "gpus": [l20(i) for i in range(8)], "num_gpus": 4},
+             {"host": "worker1", "gpus": [l20(i) for i in range(4)]}]
+    plan = mp.plan_vllm_cluster(big_moe_fp8(250 * 10 ** 9), nodes, RAY_SETTINGS, ray_cluster="rc")
+    assert len(plan["gpus"]) == 8 and [r["index"] for r in plan["gpus"][:4]] == [0, 1, 2, 3]
+    with pytest.raises(mp.PlanError, match=r"4 x pipeline_parallel_size 2 = 8 ranks, but the nodes of "
+                                           r"ray_cluster rc give 12 GPU\(s\) \(head 8, worker1 4\)"):
+        mp.plan_vllm_cluster(big_moe_fp8(1), [dict(nodes[0], num_gpus=None), nodes[1]], RAY_SETTINGS,
+                             ray_cluster="rc")
+    with pytest.raises(mp.PlanError, match="declares 9 GPU"):
+        mp.plan_vllm_cluster(big_moe_fp8(1), [dict(nodes[0], num_gpus=9)], RAY_SETTINGS, ray_cluster="rc")
+
+
+def test_plan_instances_plans_a_ray_instance_on_its_nodes_or_says_which_node_is_unknown(tmp_path):
+    inst = {"name": "big", "engine": "vllm", "gpus": [0, 1, 2, 3], "model": big_moe_fp8(250 * 10 ** 9),
+            "settings": RAY_SETTINGS, "ray_cluster": "ray_cluster", "nodes": two_l20_nodes()}
+    plans, messages, refusals = mp.plan_instances([inst], [l20(i) for i in range(4)])
+    assert plans["big"]["planned"] and plans["big"]["fits"] and refusals == []
+    assert len(plans["big"]["gpus"]) == 8 and messages == [plans["big"]["message"]]
+    unknown = dict(inst, nodes=[two_l20_nodes()[0], {"host": "worker1", "gpus": None, "num_gpus": 4}])
+    plans, messages, refusals = mp.plan_instances([unknown], [l20(i) for i in range(4)])
+    assert plans["big"]["planned"] is False and plans["big"]["fits"] is None and refusals == []
+    assert messages == ["big: not planned: the GPUs of worker1 in ray_cluster ray_cluster are unknown "
+                        "(llmops_gpus not gathered there: run gpu_facts on every node of the cluster)"]
+    plans, _m, refusals = mp.plan_instances([dict(inst, model=big_moe_fp8(500 * 10 ** 9))], [])
+    assert not plans["big"]["fits"] and refusals == [plans["big"]["refusal"]]

@@ -141,3 +141,22 @@ def test_a_file_that_is_not_gguf_fails_with_the_reader_s_reason(tmp_path):
     result = run_module(tmp_path, {"gpus": [l20(0)], "instances": [
         {"name": "x", "gpus": [0], "model_path": str(bad), "settings": {}}]})
     assert result["failed"] and "GGUF" in result["msg"] and "Traceback" not in json.dumps(result)
+
+
+def test_a_ray_instance_is_planned_on_every_gpu_of_its_nodes(tmp_path):
+    nodes = [{"host": "head", "gpus": [l20(i) for i in range(4)]},
+             {"host": "worker1", "gpus": [l20(i) for i in range(8)], "num_gpus": 4}]
+    ray = {"name": "big", "engine": "vllm", "gpus": [0, 1, 2, 3], "model_dir": _vllm_dir(tmp_path),
+           "ray_cluster": "ray_cluster", "nodes": nodes,
+           "settings": {"tensor_parallel_size": 4, "pipeline_parallel_size": 2, "max_model_len": 131072,
+                        "distributed_executor_backend": "ray"}}
+    result = run_module(tmp_path, {"gpus": [l20(i) for i in range(4)], "instances": [ray]})
+    assert not result.get("failed"), result
+    plan = result["plans"]["big"]
+    assert plan["fits"] and plan["nodes"] == ["head", "worker1"] and plan["pipeline_parallel_size"] == 2
+    assert [r["host"] for r in plan["gpus"]] == ["head"] * 4 + ["worker1"] * 4
+    assert plan["weights_per_rank"] == 29 * 10 ** 9 // 8
+    unknown = dict(ray, nodes=[nodes[0], {"host": "worker1", "gpus": None}])
+    result = run_module(tmp_path, {"gpus": [l20(i) for i in range(4)], "instances": [unknown]})
+    assert not result.get("failed") and result["plans"]["big"]["planned"] is False
+    assert "the GPUs of worker1 in ray_cluster ray_cluster are unknown" in result["messages"][0]

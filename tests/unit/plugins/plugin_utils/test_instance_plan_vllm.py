@@ -151,3 +151,84 @@ def test_container_user_gets_a_writable_home_for_vllm_caches():
     assert args.index("HOME=/var/lib/llama-server") < args.index(p["image"])
     # root in the container (no user) keeps the image's own HOME
     assert not any(str(a).startswith("HOME=") for a in docker_run_args(p, home="/var/lib/llama-server"))
+
+
+# --- vLLM across nodes: ray_cluster -----------------------------------------------------------------------
+
+def _l20s(count):
+    return {"present": True, "count": count,
+            "gpus": [{"index": i, "uuid": "GPU-%08d-aaaa-bbbb-cccc-dddddddddddd" % i, "compute_cap": "8.9",
+                      "memory_total_mib": 46068, "memory_free_mib": 45600} for i in range(count)]}
+
+
+RAY_GROUPS = {"ray_cluster": ["worker1", "head"], "ray_head": ["head"]}
+RAY_HOSTVARS = {"head": {"llmops_gpus": _l20s(4)}, "worker1": {"llmops_gpus": _l20s(4)}}
+RAY_INSTANCE = {"name": "big", "model": "/m/Big-FP8", "port": 8000, "gpus": [0, 1, 2, 3],
+                "ray_cluster": "ray_cluster",
+                "settings": {"tensor_parallel_size": 4, "pipeline_parallel_size": 2}}
+
+
+def rplan(instance=None, hostvars=None, **kw):
+    kw.setdefault("gpus", _l20s(4))
+    return vplan([instance or RAY_INSTANCE], hostvars=RAY_HOSTVARS if hostvars is None else hostvars,
+                 groups=RAY_GROUPS, inventory_hostname="head", **kw)
+
+
+def test_ray_cluster_instance_spans_the_groups_gpus_with_the_ray_backend_and_publishes_its_group():
+    from ansible_collections.llmops.serving.plugins.filter.serving import serving_instance_fact
+
+    (p,) = rplan()
+    args = pairs(p["argv"][1:])
+    assert args["--distributed-executor-backend"] == "ray"
+    assert p["settings"]["distributed_executor_backend"] == "ray"
+    assert args["--tensor-parallel-size"] == "4" and args["--pipeline-parallel-size"] == "2"
+    assert p["ray_cluster"] == "ray_cluster" and p["warnings"] == []
+    fact = serving_instance_fact(p)
+    assert fact["ray_cluster"] == "ray_cluster" and fact["gpus"] == [0, 1, 2, 3]
+    assert serving_instance_fact(vplan([{"name": "q", "model": "/m/Q", "port": 1}])[0])["ray_cluster"] is None
+
+
+def test_ray_cluster_refusals_say_what_to_change():
+    with pytest.raises(ServingError, match=r"ray_cluster is for engine vllm .* remove ray_cluster or set "
+                                           r"engine: vllm"):
+        plan([{"name": "c", "model": "tiny", "port": 1, "ray_cluster": "ray_cluster"}])
+    with pytest.raises(ServingError, match=r"its settings say 'mp': remove that setting "
+                                           r"\(ray_cluster implies ray\)"):
+        rplan(dict(RAY_INSTANCE, settings=dict(RAY_INSTANCE["settings"], distributed_executor_backend="mp")))
+    with pytest.raises(ServingError, match=r"^instance big: ray_cluster ray_cluster: tensor_parallel_size 8 "
+                                           r"is more than the GPUs head, worker1 .*"
+                                           r"tensor parallelism stays within a node"):
+        rplan(dict(RAY_INSTANCE, settings={"tensor_parallel_size": 8}))
+    with pytest.raises(ServingError, match=r"ray_cluster gpu_nodes is not an inventory group with hosts"):
+        rplan(dict(RAY_INSTANCE, ray_cluster="gpu_nodes"))
+    with pytest.raises(ServingError, match=r"gpus list 2 GPU\(s\) of the head head, but the head declares 4"):
+        rplan(dict(RAY_INSTANCE, gpus=[0, 1]))
+
+
+def test_a_default_backend_is_replaced_for_a_ray_instance_and_num_gpus_counts():
+    (p,) = rplan(defaults={"vllm": {"distributed_executor_backend": "mp"}})
+    assert p["settings"]["distributed_executor_backend"] == "ray"
+    hostvars = {"head": RAY_HOSTVARS["head"],
+                "worker1": {"llmops_gpus": _l20s(8), "ray_cluster_num_gpus": "4"}}
+    assert rplan(hostvars=hostvars)[0]["warnings"] == []
+    hostvars["worker1"]["ray_cluster_num_gpus"] = 8
+    with pytest.raises(ServingError, match=r"declares 12 GPU\(s\) to Ray \(head 4, worker1 8\)"):
+        rplan(hostvars=hostvars)
+
+
+def test_ray_cluster_nodes_unknown_are_warned_not_guessed():
+    (p,) = rplan(hostvars={"head": RAY_HOSTVARS["head"], "worker1": {}})
+    assert any("GPUs of worker1 are not known" in w for w in p["warnings"])
+    (p,) = vplan([RAY_INSTANCE], gpus=_l20s(4))            # no hostvars/groups given (the role's old call)
+    assert any("nodes are not known here" in w for w in p["warnings"])
+
+
+def test_ray_cluster_nodes_head_first_with_its_own_gpus():
+    nodes = instance_plan.ray_cluster_nodes("ray_cluster", RAY_HOSTVARS, RAY_GROUPS, head="head",
+                                            head_gpus=[3, 2, 1, 0])
+    assert [n["host"] for n in nodes] == ["head", "worker1"] and [n["num_gpus"] for n in nodes] == [4, 4]
+    assert [g["index"] for g in nodes[0]["gpus"]] == [3, 2, 1, 0] and nodes[1]["unknown"] is None
+    assert instance_plan.ray_cluster_nodes("ray_cluster", None, None) is None
+    with pytest.raises(ServingError, match="must be a number of GPUs"):
+        instance_plan.ray_cluster_nodes("ray_cluster", {"worker1": {"ray_cluster_num_gpus": "all"}},
+                                        RAY_GROUPS)

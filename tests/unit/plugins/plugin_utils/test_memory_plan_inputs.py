@@ -74,3 +74,40 @@ def test_gpus_not_visible_yet_are_planned_later_and_cpu_instances_now():
                               "serve stage"]
     assert [i["name"] for i in out["instances"]] == ["cpu"] and out["instances"][0]["gpus"] == []
     assert out["gpus"] == {"present": False, "gpus": []}
+
+
+RAY = {"name": "big", "engine": "vllm", "model": "/home/models/Big-FP8", "gpus": [0, 1, 2, 3],
+       "ray_cluster": "ray_cluster", "settings": {"tensor_parallel_size": 4, "pipeline_parallel_size": 2}}
+GROUPS = {"ray_cluster": ["head", "worker1"]}
+
+
+def test_ray_instance_carries_every_node_of_its_group_head_first():
+    hostvars = {"head": {"llmops_gpus": GPUS}, "worker1": {"llmops_gpus": GPUS}}
+    out = _one([RAY], hostvars=hostvars, groups={"ray_cluster": ["worker1", "head"]},
+               inventory_hostname="head", running_units=["vllm-big.service"], unit_prefix={"vllm": "vllm-"})
+    (item,) = out["instances"]
+    assert item["ray_cluster"] == "ray_cluster" and item["settings"]["distributed_executor_backend"] == "ray"
+    assert [n["host"] for n in item["nodes"]] == ["head", "worker1"]
+    assert [n["num_gpus"] for n in item["nodes"]] == [4, 4]
+    # the instance runs now: its GPUs on every node count free after its restart; the facts stay as they are
+    assert all(g["memory_free_mib"] == 46068 for n in item["nodes"] for g in n["gpus"])
+    assert GPUS["gpus"][3]["memory_free_mib"] == 42596
+
+
+def test_ray_node_num_gpus_and_unknown_facts_reach_the_planner():
+    hostvars = {"head": {"llmops_gpus": GPUS}, "worker1": {"ray_cluster_num_gpus": 4}}
+    (item,) = _one([RAY], hostvars=hostvars, groups=GROUPS, inventory_hostname="head")["instances"]
+    assert item["nodes"][1] == {"host": "worker1", "gpus": None, "num_gpus": 4}
+    hostvars = {"head": {"llmops_gpus": GPUS}, "worker1": {"llmops_gpus": GPUS, "ray_cluster_num_gpus": 2}}
+    (item,) = _one([dict(RAY, gpus=[])], hostvars=hostvars, groups=GROUPS,
+                   inventory_hostname="head")["instances"]
+    assert [g["index"] for g in item["nodes"][1]["gpus"]] == [0, 1] and item["nodes"][1]["num_gpus"] == 2
+
+
+def test_ray_instance_without_hostvars_is_skipped_and_other_engines_are_refused():
+    out = _one([RAY])
+    assert out["instances"] == [] and out["skipped"] == [
+        "big: ray_cluster ray_cluster: the cluster's nodes are not known here (hostvars/groups not given to "
+        "serving_memory_plan_inputs)"]
+    with pytest.raises(ServingError, match="ray_cluster is for engine vllm"):
+        _one([dict(RAY, engine="llama.cpp", model="/m.gguf")], hostvars={}, groups=GROUPS)

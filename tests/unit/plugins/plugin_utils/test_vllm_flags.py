@@ -221,3 +221,60 @@ def test_a_forks_own_flags_need_the_allow_list():
         vllm_flags.check_extra_args(["--flashqla-mode", "legacy"])
     extra = ["--flashqla-mode", "legacy"]
     assert vllm_flags.check_extra_args(extra, allowed_extra_flags=["--flashqla-mode"]) == extra
+
+
+# --- preflight on a Ray cluster ---------------------------------------------------------------------------
+
+def _cluster(*counts):
+    return {"group": "ray_cluster",
+            "nodes": [{"host": "n%d" % i, "num_gpus": c} for i, c in enumerate(counts)]}
+
+
+def test_ray_cluster_tp_times_pp_is_the_clusters_gpus_not_the_instances():
+    settings = {"tensor_parallel_size": 4, "pipeline_parallel_size": 2, "distributed_executor_backend": "ray"}
+    assert vllm_flags.preflight(settings, [0, 1, 2, 3], [], cluster=_cluster(4, 4)) == []
+    with pytest.raises(vllm_flags.VllmArgsError,
+                       match=r"ray_cluster ray_cluster: tensor_parallel_size x pipeline_parallel_size = "
+                             r"4 x 2 = 8, but ray_cluster ray_cluster declares 12 GPU\(s\) to Ray "
+                             r"\(n0 4, n1 4, n2 4\): they must be equal; use tensor_parallel_size 4 "
+                             r"\(the GPUs of one node\) and "
+                             r"pipeline_parallel_size 3 \(the nodes\)"):
+        vllm_flags.preflight(settings, [0, 1, 2, 3], [], cluster=_cluster(4, 4, 4))
+
+
+def test_ray_cluster_keeps_tensor_parallel_within_a_node_and_one_stage_per_node():
+    with pytest.raises(vllm_flags.VllmArgsError,
+                       match=r"tensor_parallel_size 8 is more than the GPUs n0, n1 declare\(s\) to Ray "
+                             r"\(n0 4, n1 4\): tensor parallelism stays within a node .*lower "
+                             r"tensor_parallel_size to at most 4 and raise pipeline_parallel_size"):
+        vllm_flags.preflight({"tensor_parallel_size": 8}, [0, 1, 2, 3], [], cluster=_cluster(4, 4))
+    with pytest.raises(vllm_flags.VllmArgsError,
+                       match=r"pipeline_parallel_size 4 is more than the 2 node\(s\) of ray_cluster "
+                             r"ray_cluster \(n0, n1\): one pipeline stage per node"):
+        vllm_flags.preflight({"tensor_parallel_size": 2, "pipeline_parallel_size": 4}, [0, 1, 2, 3], [],
+                             cluster=_cluster(4, 4))
+    with pytest.raises(vllm_flags.VllmArgsError, match=r"different GPU counts \(n0 4, n1 2\)"):
+        vllm_flags.preflight({"tensor_parallel_size": 2, "pipeline_parallel_size": 2}, [0, 1], [],
+                             cluster=_cluster(4, 2))
+
+
+def test_ray_cluster_with_unknown_gpus_is_a_warning_never_a_guess():
+    cluster = {"group": "rc", "nodes": [{"host": "head", "num_gpus": 4}, {"host": "w1", "num_gpus": None}]}
+    (warning,) = vllm_flags.preflight({"tensor_parallel_size": 4, "pipeline_parallel_size": 2}, [0, 1, 2, 3],
+                                      [], cluster=cluster)
+    assert "GPUs of w1 are not known" in warning and "= 8 is not checked" in warning
+    (warning,) = vllm_flags.preflight({"tensor_parallel_size": 4, "pipeline_parallel_size": 2}, [0, 1, 2, 3],
+                                      [], cluster={"group": "rc", "nodes": None})
+    assert "nodes are not known here" in warning
+    with pytest.raises(vllm_flags.VllmArgsError, match="more than the 4 GPU"):
+        vllm_flags.preflight({"tensor_parallel_size": 8}, [0, 1, 2, 3], [],
+                             cluster={"group": "rc", "nodes": None})
+
+
+def test_single_node_ray_backend_keeps_the_instances_gpu_rule():
+    settings = {"tensor_parallel_size": 2, "distributed_executor_backend": "ray"}
+    assert vllm_flags.preflight(settings, [0, 1], []) == []
+    with pytest.raises(vllm_flags.VllmArgsError, match=r"= 2, but the instance has 4 GPU"):
+        vllm_flags.preflight(settings, [0, 1, 2, 3], [])
+    argv = vllm_flags.build_argv(settings, model="/m", host="127.0.0.1", port=8000, served_model_name="m")
+    assert argv[argv.index("--distributed-executor-backend") + 1] == "ray"

@@ -1,0 +1,55 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filters that expose the gateway's configuration structure (plugins/plugin_utils/gateway_config.py) to role
+gateway's tasks and templates.
+
+    {{ gateway_upstream_hosts | llmops.serving.gateway_config(hostvars, gateway_host=inventory_hostname,
+                                                               api_keys=gateway_api_keys, rate_limit=60) }}
+        -> backends (with their backend key: a secret), servers, map file contents
+    {{ config | llmops.serving.gateway_fact(url=..., admin_socket=...) }}  -> the llmops_gateway fact
+    {{ 'HAProxy version 2.6.12-1+deb12u4' | llmops.serving.gateway_haproxy_version }} -> [2, 6, 12]
+    {{ '10.0.0.5' | llmops.serving.gateway_server_address(8000) }}       -> 10.0.0.5:8000
+"""
+from __future__ import absolute_import, division, print_function
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.llmops.serving.plugins.plugin_utils import gateway_config
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
+
+__metaclass__ = type
+
+
+def _wrap(func):
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except ServingError as exc:
+            raise AnsibleFilterError("gateway: %s" % exc) from None
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return wrapper
+
+
+def gateway_config_filter(hosts, hostvars, gateway_host=None, api_keys=(), rate_limit=60):
+    """Backends (one per served model name), servers and map files of the gateway in front of `hosts`."""
+    return gateway_config.build(list(hosts or ()), hostvars, gateway_host=gateway_host,
+                                api_keys=list(api_keys or ()), rate_limit=rate_limit)
+
+
+def gateway_fact(config, url, admin_socket):
+    """The llmops_gateway fact (no secrets)."""
+    return gateway_config.public_fact(config, url=url, admin_socket=admin_socket)
+
+
+class FilterModule(object):
+    """The gateway (HAProxy) in front of the serving instances of one or several hosts."""
+
+    def filters(self):
+        return {
+            "gateway_config": _wrap(gateway_config_filter),
+            "gateway_fact": _wrap(gateway_fact),
+            "gateway_haproxy_version": _wrap(gateway_config.parse_version),
+            "gateway_server_address": _wrap(gateway_config.haproxy_address),
+        }
