@@ -1,9 +1,14 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The fake vLLM (tests/fixtures/fake_vllm/vllm): argv/env recording, option checking, HTTP endpoints."""
+"""The fake vLLM (tests/fixtures/fake_vllm/vllm): argv/env recording, option checking, HTTP endpoints, and
+the Ray placement it makes with --distributed-executor-backend ray (against a stub of the ray API: the
+real cluster is molecule/ray's)."""
 import http.client
+import importlib.machinery
+import importlib.util
 import json
+import os
 import socket
 import subprocess
 import time
@@ -80,6 +85,7 @@ def test_records_argv_environment_and_options(serve):
     assert record["options"]["--served-model-name"] == ["qwen-local"]
     assert record["options"]["--no-async-scheduling"] == [None]
     assert record["options"]["--port"] == [str(port)]
+    assert "ray" not in record, "only --distributed-executor-backend ray joins a Ray cluster"
 
 
 def test_api_key_guards_v1_only(serve):
@@ -183,3 +189,177 @@ def test_runs_on_python36_syntax():
     with open(SCRIPT) as handle:
         source = handle.read()
     assert "ThreadingHTTPServer" not in source and 'f"' not in source
+
+
+# --- Ray ----------------------------------------------------------------------------------------------------
+# A stub of the ray API the fake calls, over a cluster of nodes [(node_id, ip, gpus)]: PACK fills the nodes in
+# their order, as Ray packs onto the fewest nodes. Written as a module so the subprocess test imports it as
+# `ray` (PYTHONPATH), exactly as the fake imports the virtualenv's Ray.
+STUB_RAY = """
+import json, os
+NODES = json.loads(os.environ.get("STUB_RAY_NODES", "[]"))
+PLACE = os.environ.get("STUB_RAY_PLACE", "1") == "1"
+calls = []
+
+
+class _Group(object):
+    def __init__(self, bundles, strategy):
+        self.bundles, self.strategy, self.removed = bundles, strategy, False
+
+    def ready(self):
+        return self
+
+
+class util(object):
+    @staticmethod
+    def placement_group(bundles, strategy="PACK"):
+        calls.append(("placement_group", bundles, strategy))
+        return _Group(bundles, strategy)
+
+    @staticmethod
+    def remove_placement_group(group):
+        calls.append(("remove_placement_group",))
+        group.removed = True
+
+    @staticmethod
+    def placement_group_table(group):
+        free = [[node_id, gpus] for node_id, _ip, gpus in NODES]
+        where = {}
+        for index, bundle in enumerate(group.bundles):
+            slot = next(s for s in free if s[1] >= bundle["GPU"])
+            slot[1] -= bundle["GPU"]
+            where[index] = slot[0]
+        return {"placement_group_id": "pg01", "bundles_to_node_id": where,
+                "bundles": dict(enumerate(group.bundles)), "strategy": group.strategy}
+
+
+def init(address=None):
+    calls.append(("init", address))
+
+
+def cluster_resources():
+    return {"CPU": 2.0, "GPU": float(sum(gpus for _n, _ip, gpus in NODES))}
+
+
+def wait(refs, timeout=None):
+    calls.append(("wait", timeout))
+    return (refs, []) if PLACE else ([], refs)
+
+
+def nodes():
+    return [{"NodeID": node_id, "NodeManagerAddress": ip, "Alive": True} for node_id, ip, _g in NODES]
+"""
+TWO_NODES = [["head01", "10.0.0.1", 2], ["worker02", "10.0.0.2", 2]]
+
+
+@pytest.fixture
+def fake_module():
+    loader = importlib.machinery.SourceFileLoader("fake_vllm_server", SCRIPT)
+    spec = importlib.util.spec_from_loader("fake_vllm_server", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def stub_ray(tmp_path, monkeypatch):
+    def make(nodes=TWO_NODES, place=True):
+        monkeypatch.setenv("STUB_RAY_NODES", json.dumps(nodes))
+        monkeypatch.setenv("STUB_RAY_PLACE", "1" if place else "0")
+        path = tmp_path / "stub_ray.py"
+        path.write_text(STUB_RAY)
+        loader = importlib.machinery.SourceFileLoader("stub_ray", str(path))
+        spec = importlib.util.spec_from_loader("stub_ray", loader)
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        return module
+    return make
+
+
+@pytest.mark.parametrize("options, size", [
+    ([], 1),
+    (["--tensor-parallel-size", "2"], 2),
+    (["-tp", "2", "--pipeline-parallel-size", "2"], 4),
+    (["--tensor_parallel_size=4", "-pp", "2"], 8),
+])
+def test_world_size_is_tensor_times_pipeline_parallel(fake_module, options, size):
+    _model, parsed = fake_module.parse(["m"] + options, None)
+    assert fake_module.world_size(parsed) == size
+
+
+def test_placement_spans_the_nodes_as_vllm_asks_ray(fake_module, stub_ray):
+    ray = stub_ray()
+    placement = fake_module.ray_placement(ray, "10.0.0.1:6379", 4, timeout=7)
+    assert ray.calls[0] == ("init", "10.0.0.1:6379")
+    assert ray.calls[1] == ("placement_group", [{"GPU": 1.0}] * 4, "PACK")
+    assert ("wait", 7) in ray.calls
+    assert [(b["index"], b["node_id"], b["node_ip"], b["gpus"]) for b in placement["bundles"]] == [
+        (0, "head01", "10.0.0.1", 1.0), (1, "head01", "10.0.0.1", 1.0),
+        (2, "worker02", "10.0.0.2", 1.0), (3, "worker02", "10.0.0.2", 1.0)]
+    assert placement["nodes"] == [{"node_id": "head01", "node_ip": "10.0.0.1"},
+                                  {"node_id": "worker02", "node_ip": "10.0.0.2"}]
+    assert placement["address"] == "10.0.0.1:6379" and placement["cluster_gpus"] == 4.0
+
+
+def test_placement_fails_clearly_when_the_cluster_lacks_gpus(fake_module, stub_ray):
+    ray = stub_ray(nodes=[["head01", "10.0.0.1", 2]])
+    with pytest.raises(fake_module.RayPlacementError, match=r"has 2 GPU\(s\), the instance needs 4"):
+        fake_module.ray_placement(ray, "auto", 4)
+    assert not [c for c in ray.calls if c[0] == "placement_group"], "nothing reserved"
+
+
+def test_placement_not_made_in_time_is_released_and_reported(fake_module, stub_ray):
+    ray = stub_ray(place=False)
+    with pytest.raises(fake_module.RayPlacementError, match="did not place 4 GPU bundle"):
+        fake_module.ray_placement(ray, "auto", 4, timeout=1)
+    assert ("remove_placement_group",) in ray.calls
+
+
+def _run_with_stub_ray(tmp_path, nodes, *options):
+    (tmp_path / "ray.py").write_text(STUB_RAY)
+    port = free_port()
+    record = tmp_path / "record.json"
+    env = fake_env(record)
+    env.update({"PYTHONPATH": str(tmp_path), "STUB_RAY_NODES": json.dumps(nodes),
+                "RAY_ADDRESS": "10.0.0.1:6379", "FAKE_VLLM_ACCESS_LOG": "0"})
+    argv = ["vllm", "serve", "/models/qwen", "--host", "127.0.0.1", "--port", str(port),
+            "--distributed-executor-backend", "ray"] + list(options)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True)
+    return proc, port, record
+
+
+def test_ray_backend_records_the_placement_then_serves(tmp_path):
+    proc, port, record = _run_with_stub_ray(tmp_path, TWO_NODES, "-tp", "2", "--pipeline-parallel-size", "2")
+    try:
+        wait_listening(port, proc)
+        ray = json.loads(record.read_text())["ray"]
+        assert ray["address"] == "10.0.0.1:6379"
+        assert {b["node_ip"] for b in ray["bundles"]} == {"10.0.0.1", "10.0.0.2"}
+        assert len(ray["bundles"]) == 4
+        assert request(port, "GET", "/health")[0] == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=5)
+
+
+def test_ray_backend_without_enough_gpus_fails_the_start_with_the_reason(tmp_path):
+    proc, _port, record = _run_with_stub_ray(tmp_path, [["head01", "10.0.0.1", 2]], "-tp", "2", "-pp", "2")
+    _out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 1
+    assert "Ray placement failed: the Ray cluster at 10.0.0.1:6379 has 2 GPU(s)" in err
+    assert "needs 4" in json.loads(record.read_text())["ray"]["error"]
+
+
+def test_ray_backend_without_ray_installed_fails_the_start(tmp_path):
+    env = fake_env(tmp_path / "record.json")
+    env["PYTHONPATH"] = ""
+    env["PYTHONNOUSERSITE"] = "1"
+    script = ("import sys; sys.modules['ray'] = None; sys.argv = ['vllm', 'serve', 'm', "
+              "'--distributed-executor-backend', 'ray']; "
+              "exec(compile(open(%r).read(), 'vllm', 'exec'))" % SCRIPT)
+    result = subprocess.run([os.environ.get("PYTHON", "python3"), "-c", script], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                            timeout=10, check=False)
+    assert result.returncode == 1, result.stderr
+    assert "Ray placement failed" in result.stderr and "ray" in result.stderr.lower()
