@@ -120,7 +120,13 @@ def molecule(session):
 def _molecule_lanes(session, lanes):
     """Runs each lane's scenarios in order and the lanes at the same time. Each lane writes to
     .cache/molecule-lane-<n>.log, printed when the lane ends: interleaved output would be unreadable."""
-    env = dict(os.environ, **session.env)
+    # nox's session.env maps a variable to None to unset it (it does so for some in CI): Popen wants strings.
+    env = dict(os.environ)
+    for key, value in session.env.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     running = []
     for number, lane in enumerate(lanes, 1):
         log = os.path.join(CACHE, "molecule-lane-%d.log" % number)
