@@ -419,13 +419,35 @@ def test_rollback_restores_the_previous_env_file_and_success_drops_its_backup():
     assert args["dest"] == "{{ _serving_item.env_file }}" and args["remote_src"] is True
     assert (args["owner"], args["group"], args["mode"]) == ("root", "root", "0600")
     assert restore["no_log"] is True
-    drops = [t for t in tasks_of("rollback.yml") + _flatten(tasks_of("instance.yml"))
+    drops = [t for t in tasks_of("rollback.yml")
              if module_args(t)[1].get("path") == "{{ _serving_env.backup_file }}"
              and module_args(t)[1].get("state") == "absent"]
-    assert len(drops) == 2      # after a restore, and after a healthy start: no stale copy of old secrets
+    assert len(drops) == 1      # after a restore: no stale copy of old secrets
     names = [t["name"] for t in tasks_of("rollback.yml")]
     restart = [i for i, n in enumerate(names) if n.startswith("Restart on the previous unit")][0]
     assert names.index(restore["name"]) < restart
+
+
+def test_a_healthy_change_keeps_the_old_env_only_as_the_root_only_previous_deployment():
+    """After a healthy start the backup (old secrets beside the live file) goes; the one copy left is the
+    record's previous.env (root 0600, in a root 0700 directory), for playbooks/rollback.yml."""
+    record = _flatten(tasks_of("record.yml"))
+    (drop,) = [t for t in record if module_args(t)[1].get("state") == "absent"]
+    assert "_serving_env.backup_file" in drop["loop"] and "_serving_unit.backup_file" in drop["loop"]
+    assert module_args(drop)[1]["path"] == "{{ _serving_record_backup }}"
+    (keep,) = [t for t in record if str(module_args(t)[1].get("dest", "")).endswith("/previous.env")]
+    _, args = module_args(keep)
+    assert "_serving_env.backup_file" in args["src"] and args["remote_src"] is True
+    assert (args["owner"], args["group"], args["mode"]) == ("root", "root", "0600")
+    assert keep["no_log"] is True and keep["diff"] is False
+    dirs = [module_args(t)[1] for t in record if module_args(t)[1].get("state") == "directory"]
+    assert dirs and all((d["owner"], d["group"], d["mode"]) == ("root", "root", "0700") for d in dirs)
+    names = [t["name"] for t in record]
+    assert names.index(keep["name"]) < names.index(drop["name"])
+    # record.yml runs only after the block whose rescue ends in a failure, i.e. once healthy
+    instance = tasks_of("instance.yml")
+    (include,) = [t for t in instance if "record.yml" in str(t.get("ansible.builtin.include_tasks"))]
+    assert instance.index(include) == len(instance) - 1
 
 
 def _flatten(tasks):

@@ -73,7 +73,7 @@ def test_module_defaults_are_connection_options_of_every_module():
 
 def test_job_templates_cover_the_site_every_stage_and_rollback(objects):
     playbooks = {item["playbook"] for item in objects["awx_objects"]["job_template"]}
-    assert playbooks == ({"site.yml", "playbooks/rollback.yml"}
+    assert playbooks == ({"site.yml", "playbooks/rolling_update.yml", "playbooks/rollback.yml"}
                          | {"playbooks/%s.yml" % stage for stage in STAGE_PLAYBOOKS})
 
 

@@ -146,13 +146,15 @@ def test_site_variables_that_no_role_declares_are_read_where_the_template_runs(o
                 assert set(users) & runs or inventory, (template["name"], variable)
 
 
-def test_instance_choices_are_the_instances_of_the_imported_inventory(questions):
-    assert set(questions["validate_instances"]["choices"]) == set(awx_code.inventory_instance_names())
+@pytest.mark.parametrize("variable", ["validate_instances", "rollback_instance"])
+def test_instance_choices_are_the_instances_of_the_imported_inventory(questions, variable):
+    assert set(questions[variable]["choices"]) == set(awx_code.inventory_instance_names())
 
 
 def test_thresholds_and_revision_send_nothing_when_left_empty(questions):
     """A default would override the inventory's own value on every launch."""
-    for variable in ("llmops_model_revision", "validate_min_decode_tps", "validate_instances"):
+    for variable in ("llmops_model_revision", "validate_min_decode_tps", "validate_instances",
+                     "rollback_instance"):
         assert not questions[variable]["required"] and "default" not in questions[variable], variable
 
 

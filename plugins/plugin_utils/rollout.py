@@ -1,0 +1,160 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The fleet's rolling update and rollback: deployment records, a host's servers at the gateway, what to roll
+back, and the summary of a rolling update.
+
+    deployment_record(plan, unit_checksum=, time=, health_timeout=) -> current.json of an instance
+    unrecorded_deployment(plan, unit_checksum=)   -> previous.json of a deployment made before records
+    host_servers(host, hostvars, gateway_fact=)    -> [{backend, server, instance}] of `host` at the gateway
+    rollback_selection(records, instance=, host=)  -> names of the instances to put back (or a refusal)
+    summary(hosts, hostvars)                       -> {updated, unchanged, failed, untouched, lines}
+
+Controller-only (plugin_utils), plain Python, unit-tested by tests/unit/plugins/plugin_utils/test_rollout.py;
+roles serving and fleet reach it through plugins/filter/fleet.py.
+"""
+from __future__ import absolute_import, division, print_function
+
+import base64
+import json
+
+from ansible_collections.llmops.serving.plugins.plugin_utils.gateway_config import sanitize
+from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import served_name
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, get_var
+
+__metaclass__ = type
+
+RECORD_VERSION = 1
+# What a record keeps of the instance plan (no secret: keys are passed by file path or in the env file).
+PLAN_FIELDS = ("name", "engine", "mode", "unit", "binary", "image", "build_id", "model", "model_path",
+               "model_sha256", "served_model_name", "url", "port", "env_file", "key_file", "api_key_env",
+               "settings")
+STATUSES = ("updated", "unchanged", "failed")
+
+
+class RolloutError(ServingError):
+    """A rollback or rolling update cannot go on; the message says why."""
+
+
+def deployment_record(plan, unit_checksum=None, time=None, health_timeout=None):
+    """The record of what instance `plan` (an item of the serving role's plan) runs now: what the unit starts
+    (binary or image, build id, model path), its unit's SHA-256 and when it became healthy, plus what a
+    rollback needs to health-check it (url, served name, key file or env variable, timeout)."""
+    if not isinstance(plan, dict) or not plan.get("name") or not plan.get("unit"):
+        raise RolloutError("deployment_record needs an instance plan with a name and a unit, got %r"
+                           % (plan,))
+    record = dict((field, plan.get(field)) for field in PLAN_FIELDS)
+    record.update({
+        "version": RECORD_VERSION,
+        "recorded": True,
+        "time": time,
+        "unit_checksum": unit_checksum,
+        "health_timeout": int(health_timeout) if health_timeout is not None else None,
+    })
+    return record
+
+
+def unrecorded_deployment(plan, unit_checksum=None):
+    """previous.json of a deployment that predates records: its unit's checksum is known, what it ran is not
+    (the health fields are the current plan's: the same instance, url and key)."""
+    record = deployment_record(plan, unit_checksum=unit_checksum)
+    for field in ("binary", "image", "build_id", "model", "model_path", "model_sha256", "settings"):
+        record[field] = None
+    record["recorded"] = False
+    return record
+
+
+def host_servers(host, hostvars, gateway_fact=None, instances=None):
+    """The servers of `host`'s instances at the gateway: [{backend, server, instance}].
+
+    From the gateway's llmops_gateway fact when this run has it (role gateway ran, or fact caching); else by
+    the gateway's naming (plugin_utils/gateway_config.py): backend be_<served model name>, server
+    <host>-<instance>, both sanitized, for `instances` ([{name, served_model_name}]: the deployment
+    records, for a rollback) or else the host's serving_instances."""
+    host = str(host)
+    servers = get_var(gateway_fact, "servers") if gateway_fact else None
+    if servers is not None:
+        return [{"backend": s["backend"], "server": s["server"], "instance": s["instance"]}
+                for s in servers if str(s.get("host")) == host]
+    node = get_var(hostvars, host, {})
+    models = get_var(node, "llmops_models", {})
+    out = []
+    for raw in (instances if instances is not None else get_var(node, "serving_instances", [])) or []:
+        if not isinstance(raw, dict) or not raw.get("name"):
+            continue
+        name = str(raw["name"])
+        served = served_name(raw, name, models)
+        if isinstance(served, (list, tuple)):
+            served = served[0]
+        out.append({"backend": "be_" + sanitize(served), "server": sanitize("%s-%s" % (host, name)),
+                    "instance": name})
+    return out
+
+
+def rollback_selection(records, instance=None, host=None):
+    """Which instances of a host to put back on their previous deployment.
+
+    `records`: [{name, previous (bool: previous.service exists)}], one per deployment directory of the host.
+    `instance`: the one named by rollback_instance, or None for all of the host's instances. Refuses (with
+    the reason) when the named instance, or every instance of the host, has no previous deployment."""
+    where = " on %s" % host if host else ""
+    by_name = dict((str(r["name"]), r) for r in records or ())
+    if instance is not None:
+        instance = str(instance)
+        if instance not in by_name:
+            raise RolloutError("instance %s has no deployment record%s (/var/lib/llmops/deployments/%s): "
+                               "it was never deployed by role serving here" % (instance, where, instance))
+        if not by_name[instance].get("previous"):
+            raise RolloutError("instance %s has no previous deployment%s to roll back to: it was deployed "
+                               "once, or never changed since records exist" % (instance, where))
+        return [instance]
+    names = sorted(name for name, record in by_name.items() if record.get("previous"))
+    if not names:
+        raise RolloutError("no instance%s has a previous deployment to roll back to (%s)"
+                           % (where, ", ".join(sorted(by_name)) or "no deployment records"))
+    return names
+
+
+def summary(hosts, hostvars):
+    """The rolling update's outcome from each host's fleet_result fact ({status, instances, why}); a host
+    without one was never reached (the play stopped first, or it was not in the batches)."""
+    out = {"updated": [], "unchanged": [], "failed": [], "untouched": []}
+    for host in hosts or ():
+        host = str(host)
+        result = get_var(get_var(hostvars, host, {}), "fleet_result")
+        if not result:
+            out["untouched"].append(host)
+            continue
+        status = result.get("status")
+        if status not in STATUSES:
+            raise RolloutError("host %s: fleet_result status %r is not one of %s"
+                               % (host, status, ", ".join(STATUSES)))
+        if status == "failed":
+            # the first line says why; the rest (journal lines) is in the host's failure message
+            why = (str(result.get("why") or "").strip().splitlines() or [None])[0]
+            out["failed"].append({"host": host, "instance": result.get("instance"), "why": why})
+        else:
+            out[status].append(host)
+    lines = ["updated: %s" % (", ".join(out["updated"]) or "none"),
+             "unchanged: %s" % (", ".join(out["unchanged"]) or "none")]
+    for failed in out["failed"]:
+        lines.append("FAILED: %s (instance %s): %s" % (failed["host"], failed["instance"] or "-",
+                                                       failed["why"] or "unknown"))
+    if not out["failed"]:
+        lines.append("failed: none")
+    lines.append("untouched: %s" % (", ".join(out["untouched"]) or "none"))
+    out["lines"] = lines
+    return out
+
+
+def record_entry(pair):
+    """One entry of a host's records from (current.json, previous.json) as slurp returns them (base64; the
+    second empty when there is no previous deployment): {name, current, previous, previous_record}."""
+    current_b64, previous_b64 = pair
+    current = json.loads(base64.b64decode(current_b64).decode("utf-8"))
+    previous = json.loads(base64.b64decode(previous_b64).decode("utf-8")) if previous_b64 else None
+    if not isinstance(current, dict) or not current.get("name") or not current.get("unit"):
+        raise RolloutError("deployment record %r has no instance name or unit" % (current,))
+    return {"name": current["name"], "current": current, "previous": previous is not None,
+            "previous_record": previous}

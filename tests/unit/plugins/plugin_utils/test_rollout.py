@@ -1,0 +1,110 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""plugins/plugin_utils/rollout.py and plugins/filter/fleet.py: records, servers, rollback choice, summary."""
+import base64
+import json
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.llmops.serving.plugins.filter.fleet import FilterModule
+from ansible_collections.llmops.serving.plugins.plugin_utils import rollout
+
+FILTERS = FilterModule().filters()
+
+
+def plan(**over):
+    item = {"name": "qwen", "engine": "vllm", "mode": "host", "unit": "vllm-qwen.service",
+            "binary": "/opt/vllm/0.33.0/bin/vllm", "image": None, "build_id": "0.33.0",
+            "model": "/models/qwen", "model_path": "/models/qwen", "model_sha256": None,
+            "served_model_name": "qwen-fleet", "url": "http://127.0.0.1:18200", "port": 18200,
+            "env_file": "/etc/llama-server/qwen.env", "key_file": None, "api_key_env": "VLLM_API_KEY",
+            "settings": {"max_model_len": 4096}, "argv": ["--secret-free"], "env": {"A": "1"}}
+    item.update(over)
+    return item
+
+
+def b64(value):
+    return base64.b64encode(json.dumps(value).encode("utf-8")).decode("ascii")
+
+
+def test_record_keeps_what_the_unit_runs_and_the_health_fields():
+    record = rollout.deployment_record(plan(), unit_checksum="abc", time="2026-12-01T00:00:00Z",
+                                       health_timeout="60")
+    assert record["binary"] == "/opt/vllm/0.33.0/bin/vllm"
+    assert record["build_id"] == "0.33.0" and record["model_path"] == "/models/qwen"
+    assert record["unit_checksum"] == "abc" and record["time"] == "2026-12-01T00:00:00Z"
+    assert record["health_timeout"] == 60 and record["recorded"] is True
+    # the plan's env values (secrets possible) and argv are not in the record
+    assert "env" not in record and "argv" not in record
+
+
+def test_record_refuses_a_plan_without_unit():
+    with pytest.raises(rollout.RolloutError, match="name and a unit"):
+        rollout.deployment_record({"name": "x"})
+    with pytest.raises(AnsibleFilterError, match="^fleet: "):
+        FILTERS["fleet_deployment_record"]({"name": "x"})
+
+
+def test_unrecorded_deployment_forgets_what_it_ran():
+    record = rollout.unrecorded_deployment(plan(), unit_checksum="def")
+    assert record["recorded"] is False and record["unit_checksum"] == "def"
+    assert record["build_id"] is None and record["model_path"] is None and record["binary"] is None
+    assert record["url"] == "http://127.0.0.1:18200" and record["unit"] == "vllm-qwen.service"
+
+
+def test_host_servers_from_the_gateway_fact():
+    fact = {"servers": [
+        {"host": "n1", "instance": "a", "backend": "be_m", "server": "n1-a", "address": "x:1"},
+        {"host": "n2", "instance": "a", "backend": "be_m", "server": "n2-a", "address": "y:1"}]}
+    assert rollout.host_servers("n2", {}, fact) == [{"backend": "be_m", "server": "n2-a", "instance": "a"}]
+
+
+def test_host_servers_by_the_gateway_naming_without_the_fact():
+    hostvars = {"node.1": {"serving_instances": [{"name": "qwen", "served_model_name": "qwen fleet"},
+                                                 {"name": "llama"}]}}
+    assert FILTERS["fleet_host_servers"]("node.1", hostvars, None) == [
+        {"backend": "be_qwen_fleet", "server": "node.1-qwen", "instance": "qwen"},
+        {"backend": "be_llama", "server": "node.1-llama", "instance": "llama"}]
+    assert rollout.host_servers("other", hostvars) == []
+    # a rollback names the servers of its records (serving_instances may be elsewhere)
+    records = [{"name": "qwen", "served_model_name": ["qwen-fleet", "alias"]}]
+    assert FILTERS["fleet_host_servers"]("n2", {}, None, instances=records) == [
+        {"backend": "be_qwen-fleet", "server": "n2-qwen", "instance": "qwen"}]
+
+
+def test_rollback_selection():
+    records = [{"name": "a", "previous": True}, {"name": "b", "previous": False}]
+    assert rollout.rollback_selection(records, "a") == ["a"]
+    assert rollout.rollback_selection(records) == ["a"]
+    with pytest.raises(rollout.RolloutError, match="instance b has no previous deployment on n1"):
+        rollout.rollback_selection(records, "b", host="n1")
+    with pytest.raises(rollout.RolloutError, match="instance c has no deployment record"):
+        rollout.rollback_selection(records, "c")
+    with pytest.raises(rollout.RolloutError, match="no instance on n1 has a previous deployment"):
+        rollout.rollback_selection([{"name": "b", "previous": False}], host="n1")
+
+
+def test_record_entry_decodes_slurp_content():
+    current, previous = rollout.deployment_record(plan()), rollout.deployment_record(plan(build_id="0.32"))
+    entry = FILTERS["fleet_record_entry"]((b64(current), b64(previous)))
+    assert entry["name"] == "qwen" and entry["previous"] is True
+    assert entry["previous_record"]["build_id"] == "0.32"
+    alone = rollout.record_entry((b64(current), ""))
+    assert alone["previous"] is False and alone["previous_record"] is None
+    with pytest.raises(rollout.RolloutError, match="no instance name or unit"):
+        rollout.record_entry((b64({"time": 1}), ""))
+
+
+def test_summary_names_updated_failed_and_untouched_hosts():
+    hostvars = {"n1": {"fleet_result": {"status": "updated", "instances": ["qwen"]}},
+                "n2": {"fleet_result": {"status": "failed", "instance": "qwen",
+                                        "why": "did not become healthy\n--- journal ---\nexit 1"}},
+                "n3": {}, "n4": {"fleet_result": {"status": "unchanged"}}}
+    out = FILTERS["fleet_summary"](["n1", "n2", "n3", "n4"], hostvars)
+    assert out["updated"] == ["n1"] and out["unchanged"] == ["n4"] and out["untouched"] == ["n3"]
+    assert out["failed"] == [{"host": "n2", "instance": "qwen", "why": "did not become healthy"}]
+    assert "FAILED: n2 (instance qwen): did not become healthy" in out["lines"]
+    assert "untouched: n3" in out["lines"] and "updated: n1" in out["lines"]
+    with pytest.raises(AnsibleFilterError, match="status 'weird'"):
+        FILTERS["fleet_summary"](["n1"], {"n1": {"fleet_result": {"status": "weird"}}})
