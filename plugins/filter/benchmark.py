@@ -16,24 +16,12 @@
 """
 from __future__ import absolute_import, division, print_function
 
-import functools
-
-from ansible.errors import AnsibleFilterError
 from ansible_collections.llmops.serving.plugins.plugin_utils import benchmark_report
-from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import filter_errors
 
 __metaclass__ = type
 
-
-def _wrap(func):
-    """Raise the report's errors as filter errors (what Ansible prints as the task's failure)."""
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except ServingError as exc:
-            raise AnsibleFilterError("validate: %s" % exc) from None
-    return wrapper
+_wrap = filter_errors("validate")
 
 
 def benchmark_report_filter(results, host=None, instances=None, runs=None, warmup_requests=None,

@@ -14,22 +14,12 @@ gateway's tasks and templates.
 """
 from __future__ import absolute_import, division, print_function
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.llmops.serving.plugins.plugin_utils import gateway_config
-from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import filter_errors
 
 __metaclass__ = type
 
-
-def _wrap(func):
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except ServingError as exc:
-            raise AnsibleFilterError("gateway: %s" % exc) from None
-    wrapper.__name__ = func.__name__
-    wrapper.__doc__ = func.__doc__
-    return wrapper
+_wrap = filter_errors("gateway")
 
 
 def gateway_config_filter(hosts, hostvars, gateway_host=None, api_keys=(), rate_limit=60):

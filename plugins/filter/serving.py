@@ -21,9 +21,8 @@ spellings systemd.py and container.py.
 """
 from __future__ import absolute_import, division, print_function
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan, memory_plan_inputs, systemd
-from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import filter_errors
 
 __metaclass__ = type
 
@@ -32,15 +31,7 @@ PER_ENGINE_VARIABLES = ("default_settings", "unit_prefix", "binary", "mode", "im
                         "timeout_start_sec", "health_timeout")
 
 
-def _wrap(func):
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except ServingError as exc:
-            raise AnsibleFilterError("serving: %s" % exc) from None
-    wrapper.__name__ = func.__name__
-    wrapper.__doc__ = func.__doc__
-    return wrapper
+_wrap = filter_errors("serving")
 
 
 def serving_instance_plans_filter(instances, builds=None, **kwargs):

@@ -25,7 +25,11 @@ import hashlib
 import re
 
 from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import is_loopback
-from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import (
+    ServingError,
+    get_var,
+    is_number,
+)
 
 __metaclass__ = type
 
@@ -46,15 +50,6 @@ def sanitize(name):
 def key_digest(key):
     """SHA-256 hex digest (lower case) of a client key: what HAProxy's `sha2(256),hex,lower` computes."""
     return hashlib.sha256(str(key).encode("utf-8")).hexdigest()
-
-
-def _get(mapping, key, default=None):
-    """mapping[key], or default; works for dicts and Ansible's lazily templated hostvars."""
-    try:
-        value = mapping[key]
-    except (KeyError, TypeError):
-        return default
-    return default if value is None else value
 
 
 def _bind_addresses(bind):
@@ -127,16 +122,16 @@ def build(hosts, hostvars, gateway_host=None, api_keys=(), rate_limit=60):
     backends, by_model, server_names = [], {}, {}
     for host in hosts:
         host = str(host)
-        node = _get(hostvars, host)
+        node = get_var(hostvars, host)
         if node is None:
             raise GatewayError("upstream host %s is not in the inventory" % host)
-        instances = _get(node, "llmops_instances", {})
+        instances = get_var(node, "llmops_instances", {})
         if not instances:
             raise GatewayError(
                 "upstream host %s publishes no llmops_instances: run role serving on it first (in the same "
                 "play run, or with fact caching since llmops_instances is cacheable)" % host)
-        node_address = _get(node, "llmops_node_address") or _get(node, "ansible_host") or host
-        node_keys = _get(node, "serving_api_keys", {})
+        node_address = get_var(node, "llmops_node_address") or get_var(node, "ansible_host") or host
+        node_keys = get_var(node, "serving_api_keys", {})
         for instance in sorted(instances):
             fact = instances[instance] or {}
             model = str(fact.get("served_model_name") or instance)
@@ -152,7 +147,7 @@ def build(hosts, hostvars, gateway_host=None, api_keys=(), rate_limit=60):
                 raise GatewayError("instances %s and %s/%s have the same server name %s once sanitized; "
                                    "rename one" % (server_names[server], host, instance, server))
             server_names[server] = "%s/%s" % (host, instance)
-            key = _get(node_keys, instance)
+            key = get_var(node_keys, instance)
             key = str(key) if key else None
             if model not in by_model:
                 name = "be_" + sanitize(model)
