@@ -116,27 +116,6 @@ def debian(**extra):
 # --- interface -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("role", ["nvidia_driver", "nvidia_container_toolkit", "el7_bootstrap"])
-def test_defaults_are_prefixed_commented_and_match_the_argument_spec(role):
-    role_dir = os.path.join(ROLES, role)
-    with open(os.path.join(role_dir, "defaults", "main.yml")) as fh:
-        text = fh.read()
-    defaults = yaml.safe_load(text)
-    with open(os.path.join(role_dir, "meta", "argument_specs.yml")) as fh:
-        spec = yaml.safe_load(fh)["argument_specs"]["main"]["options"]
-    assert set(defaults) == set(spec), set(defaults) ^ set(spec)
-    lines = text.splitlines()
-    for name in defaults:
-        assert name.startswith(role + "_")
-        index = next(i for i, line in enumerate(lines) if line.startswith(name + ":"))
-        assert lines[index - 1].startswith("#"), "%s has no comment above it" % name
-    for name, option in spec.items():
-        if "default" in option:
-            assert option["default"] == defaults[name], name
-        if "choices" in option:
-            assert defaults[name] in option["choices"]
-
-
 def test_default_driver_is_the_cuda_12_4_minimum_and_dkms_flavour():
     r = el7()
     assert r.var("nvidia_driver_version") == "550.54.14"

@@ -5,7 +5,6 @@
 `ray start` command lines, the ports opened to the other nodes, and how `ray status` is read. The real
 two-node cluster is molecule/ray."""
 import os
-import re
 import shlex
 
 import pytest
@@ -77,30 +76,6 @@ def option(argv, name):
 
 
 # --- interface -----------------------------------------------------------------------------------
-
-
-def test_defaults_and_argument_specs_agree():
-    defaults = load_yaml(os.path.join(ROLE, "defaults", "main.yml"))
-    specs = load_yaml(os.path.join(ROLE, "meta", "argument_specs.yml"))["argument_specs"]["main"]["options"]
-    assert set(defaults) == set(specs)
-    for name, spec in specs.items():
-        assert name.startswith("ray_cluster_") and spec.get("default") == defaults[name], name
-    with open(os.path.join(ROLE, "defaults", "main.yml")) as handle:
-        lines = handle.read().splitlines()
-    for index, line in enumerate(lines):  # every variable has a comment right above it
-        if re.match(r"^ray_cluster_\w+:", line):
-            assert lines[index - 1].startswith("#"), line
-
-
-def test_internal_variables_carry_the_role_prefix():
-    for base, _dirs, files in os.walk(ROLE):
-        for name in files:
-            with open(os.path.join(base, name)) as handle:
-                text = handle.read()
-            for register in re.findall(r"register: (\S+)", text):
-                assert register.startswith("_ray_cluster_"), (name, register)
-            if base.endswith("vars"):
-                assert all(k.startswith("_ray_cluster_") for k in load_yaml(os.path.join(base, name))), name
 
 
 def test_the_pin_matches_the_wheel_fixture():

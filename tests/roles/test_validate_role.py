@@ -39,15 +39,6 @@ needs_module = pytest.mark.skipif(not os.path.exists(MODULE), reason="module llm
 
 # --- interface (no server) ---------------------------------------------------------------------------------
 
-def test_defaults_and_argument_specs_agree():
-    defaults = load_yaml(os.path.join(ROLE, "defaults", "main.yml"))
-    specs = load_yaml(os.path.join(ROLE, "meta", "argument_specs.yml"))["argument_specs"]["main"]["options"]
-    assert set(defaults) == set(specs)
-    assert all(name.startswith("validate_") for name in defaults)
-    for name, spec in specs.items():
-        assert spec.get("default") == defaults[name], name
-
-
 @pytest.mark.parametrize("playbook_dir, expected", [("/srv/llmops", "/srv/llmops/reports"),
                                                      ("/srv/llmops/playbooks", "/srv/llmops/reports"),
                                                      ("/srv/llmops/playbooks/", "/srv/llmops/reports")])

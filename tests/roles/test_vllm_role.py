@@ -7,7 +7,6 @@ idempotent, and in check mode), the container runtime against a fake docker CLI.
 
 import json
 import os
-import re
 import socket
 import stat
 import subprocess
@@ -39,30 +38,6 @@ def value(name, os_vars="Debian.yml", **extra):
 
 
 # --- interface -----------------------------------------------------------------------------------
-
-
-def test_defaults_and_argument_specs_agree():
-    defaults = load_yaml(os.path.join(ROLE, "defaults", "main.yml"))
-    specs = load_yaml(os.path.join(ROLE, "meta", "argument_specs.yml"))["argument_specs"]["main"]["options"]
-    assert set(defaults) == set(specs)
-    for name, spec in specs.items():
-        assert name.startswith("vllm_") and spec["default"] == defaults[name], name
-    with open(os.path.join(ROLE, "defaults", "main.yml")) as handle:
-        lines = handle.read().splitlines()
-    for index, line in enumerate(lines):  # every variable has a comment right above it
-        if re.match(r"^vllm_\w+:", line):
-            assert lines[index - 1].startswith("#"), line
-
-
-def test_internal_variables_carry_the_role_prefix():
-    for base, _dirs, files in os.walk(ROLE):
-        for name in files:
-            with open(os.path.join(base, name)) as handle:
-                text = handle.read()
-            for register in re.findall(r"register: (\S+)", text):
-                assert register.startswith("_vllm_"), (name, register)
-            if base.endswith("vars"):
-                assert all(k.startswith("_vllm_") for k in load_yaml(os.path.join(base, name))), name
 
 
 def test_pin_is_the_cached_wheel_and_the_image_tag():
