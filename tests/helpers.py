@@ -68,3 +68,36 @@ def wait_healthy(proc, url, log_path, timeout=60):
             pass
         assert time.monotonic() < deadline, "%s not healthy in %d s" % (url, timeout)
         time.sleep(0.3)
+
+
+def assert_docs_match_argument_spec(module, spec_kwargs, returns):
+    """The module's DOCUMENTATION options agree with its argument spec (type, default, choices, elements,
+    required), it supports check mode, RETURN documents exactly `returns`, and EXAMPLES is YAML.
+    `spec_kwargs`: what the module gave AnsibleModule (test_gguf_module.capture_module_kwargs)."""
+    doc = yaml.safe_load(module.DOCUMENTATION)
+    spec = spec_kwargs["argument_spec"]
+    assert sorted(doc["options"]) == sorted(spec)
+    keys = ("type", "default", "choices", "elements")
+    for name, opt in doc["options"].items():
+        documented = [opt.get(k) for k in keys] + [bool(opt.get("required"))]
+        assert documented == [spec[name].get(k) for k in keys] + [bool(spec[name].get("required"))], name
+    assert spec_kwargs["supports_check_mode"] is True
+    assert set(yaml.safe_load(module.RETURN)) == set(returns)
+    yaml.safe_load(module.EXAMPLES)
+    return doc
+
+
+def run_module_file(tmp_path, name, args, check_mode=False, timeout=120):
+    """Run plugins/modules/<name>.py as Ansible does (an args file, the checkout's collections on PYTHONPATH)
+    and return its JSON result."""
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check_mode)}))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "plugins", "modules", name + ".py"), str(path)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                          env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "collections")), check=False)
+    assert proc.stdout, proc.stderr.decode()
+    return json.loads(proc.stdout.decode())

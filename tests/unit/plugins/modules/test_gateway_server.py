@@ -4,7 +4,6 @@
 """The gateway_server module run the way Ansible runs it (a JSON args file): documentation matches the
 argument spec; against the fake runtime socket; against a real HAProxy (skipped without haproxy): a drain
 waits for a slow request in flight to finish, then the server is readied."""
-import json
 import os
 import shutil
 import subprocess
@@ -15,11 +14,10 @@ import time
 import urllib.request
 
 import pytest
-import yaml
 from ansible_collections.llmops.serving.plugins.modules import gateway_server
 
 from tests.fixtures.fake_haproxy import FakeHaproxy
-from tests.helpers import ROOT
+from tests.helpers import assert_docs_match_argument_spec, run_module_file
 from tests.unit.plugins.modules.test_gguf_module import capture_module_kwargs
 
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
@@ -29,29 +27,13 @@ FRONT, PORT_A, PORT_B = 18233, 18234, 18235
 
 
 def test_documentation_matches_argument_spec():
-    doc = yaml.safe_load(gateway_server.DOCUMENTATION)
-    kwargs = capture_module_kwargs(gateway_server)
-    spec = kwargs["argument_spec"]
-    assert sorted(doc["options"]) == sorted(spec)
-    keys = ("type", "default", "choices", "elements")
-    for name, opt in doc["options"].items():
-        documented = [opt.get(k) for k in keys] + [bool(opt.get("required"))]
-        assert documented == [spec[name].get(k) for k in keys] + [bool(spec[name].get("required"))], name
-    assert kwargs["supports_check_mode"] is True
-    assert set(yaml.safe_load(gateway_server.RETURN)) == {"previous_state", "state", "status", "sessions",
-                                                          "waited"}
-    yaml.safe_load(gateway_server.EXAMPLES)
+    doc = assert_docs_match_argument_spec(gateway_server, capture_module_kwargs(gateway_server),
+                                          {"previous_state", "state", "status", "sessions", "waited"})
+    assert doc["options"]
 
 
 def run_module(tmp_path, args, check_mode=False):
-    args = dict(args, _ansible_check_mode=check_mode)
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "plugins", "modules", "gateway_server.py"),
-                           str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "collections")), check=False)
-    assert proc.stdout, proc.stderr.decode()
-    return json.loads(proc.stdout.decode())
+    return run_module_file(tmp_path, "gateway_server", args, check_mode=check_mode)
 
 
 @pytest.fixture

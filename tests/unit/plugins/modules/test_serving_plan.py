@@ -5,42 +5,22 @@
 argument spec, plans for both engines, refusals fail the task naming every instance, check mode, never
 changed."""
 import json
-import os
-import subprocess
-import sys
 
-import yaml
 from ansible_collections.llmops.serving.plugins.modules import serving_plan
 
-from tests.helpers import ROOT
+from tests.helpers import assert_docs_match_argument_spec, run_module_file
 from tests.unit.plugins.module_utils.test_memory_plan import SEED_SETTINGS, l20, llama_8b, qwen36_27b
 from tests.unit.plugins.modules.test_gguf_module import capture_module_kwargs
 
 
 def test_documentation_matches_argument_spec():
-    doc = yaml.safe_load(serving_plan.DOCUMENTATION)
-    kwargs = capture_module_kwargs(serving_plan)
-    spec = kwargs["argument_spec"]
-    assert sorted(doc["options"]) == sorted(spec)
-    keys = ("type", "default", "choices", "elements")
-    for name, opt in doc["options"].items():
-        documented = [opt.get(k) for k in keys] + [bool(opt.get("required"))]
-        assert documented == [spec[name].get(k) for k in keys] + [bool(spec[name].get("required"))], name
-    assert kwargs["supports_check_mode"] is True
+    doc = assert_docs_match_argument_spec(serving_plan, capture_module_kwargs(serving_plan),
+                                          {"plans", "messages", "refusals"})
     assert "llmops.serving.attributes.read_only" in doc["extends_documentation_fragment"]
-    assert set(yaml.safe_load(serving_plan.RETURN)) == {"plans", "messages", "refusals"}
-    yaml.safe_load(serving_plan.EXAMPLES)
 
 
 def run_module(tmp_path, args, check_mode=False):
-    args = dict(args, _ansible_check_mode=check_mode)
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "plugins", "modules", "serving_plan.py"),
-                           str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "collections")), check=False)
-    assert proc.stdout, proc.stderr.decode()
-    return json.loads(proc.stdout.decode())
+    return run_module_file(tmp_path, "serving_plan", args, check_mode=check_mode)
 
 
 def _vllm_dir(tmp_path):
