@@ -930,22 +930,13 @@ def plan_vllm(model, gpus, settings, name="instance", overhead_mib=DEFAULT_VLLM_
         raise PlanError("instance %s: tensor_parallel_size %d needs %d GPUs, the instance has %d"
                         % (name, tp, tp, len(gpus)))
     gpus = gpus[:tp]
-    util = float(settings.get("gpu_memory_utilization") or VLLM_DEFAULT_UTILIZATION)
-    max_len = _int(settings, "max_model_len", int(model.get("max_position_embeddings") or 0))
+    util, max_len = _vllm_utilization_and_length(model, settings)
     weights = _vllm_weights(model, settings) // tp
     activation = _vllm_activation(model, settings, tp)
     per_token = vllm_kv_bytes_per_token(model, settings, tp)
     rows = [_vllm_row(gpu, weights, activation, util, overhead_mib, basis) for gpu in gpus]
-    kv_tokens = min(r["kv"] for r in rows) // per_token if per_token else 0
-    plan = {
-        "name": name, "engine": "vllm", "tensor_parallel_size": tp, "gpu_memory_utilization": util,
-        "weights_per_rank": weights, "kv_bytes_per_token": per_token, "kv_tokens": kv_tokens,
-        "max_model_len": max_len,
-        "max_concurrency": round(float(kv_tokens) / max_len, 2) if max_len else None,
-        "gpus": rows, "total_bytes": sum(r["total"] for r in rows),
-        # the largest max_model_len the pool holds one sequence of (vLLM's own check)
-        "max_ctx_size": kv_tokens, "max_parallel": kv_tokens // max_len if max_len else None,
-    }
+    plan = _vllm_pool_plan(name, rows, util, weights, per_token, max_len, tensor_parallel_size=tp)
+    kv_tokens = plan["kv_tokens"]
     suggestions = []
     problems = _vllm_problems(rows, weights, activation, util, min_headroom_mib)
     _vllm_pool_verdict(problems, suggestions, settings, kv_tokens, max_len, per_token)
@@ -956,6 +947,30 @@ def plan_vllm(model, gpus, settings, name="instance", overhead_mib=DEFAULT_VLLM_
     plan["message"] = "%s: TP %d, weights %s per rank, KV pool %s = %d tokens (%s x max_model_len %d)" % (
         name, tp, _mib(weights), _mib(min(r["kv"] for r in rows)), kv_tokens, plan["max_concurrency"],
         max_len)
+    return plan
+
+
+def _vllm_utilization_and_length(model, settings):
+    """gpu_memory_utilization (vLLM's default when unset) and max_model_len (the model's own when unset)."""
+    util = float(settings.get("gpu_memory_utilization") or VLLM_DEFAULT_UTILIZATION)
+    return util, _int(settings, "max_model_len", int(model.get("max_position_embeddings") or 0))
+
+
+def _vllm_pool_plan(name, rows, util, weights, per_token, max_len, **layout):
+    """The fields every vLLM plan has, from its per-GPU rows: the KV pool is the smallest GPU's (every rank
+    holds the same share of each sequence), in tokens and in max_model_len sequences. `layout`: the
+    parallel sizes (and the Ray cluster and its nodes)."""
+    kv_tokens = min(r["kv"] for r in rows) // per_token if per_token else 0
+    plan = {"name": name, "engine": "vllm"}
+    plan.update(layout)
+    plan.update({
+        "gpu_memory_utilization": util, "weights_per_rank": weights, "kv_bytes_per_token": per_token,
+        "kv_tokens": kv_tokens, "max_model_len": max_len,
+        "max_concurrency": round(float(kv_tokens) / max_len, 2) if max_len else None,
+        "gpus": rows, "total_bytes": sum(r["total"] for r in rows),
+        # the largest max_model_len the pool holds one sequence of (vLLM's own check)
+        "max_ctx_size": kv_tokens, "max_parallel": kv_tokens // max_len if max_len else None,
+    })
     return plan
 
 
@@ -996,23 +1011,16 @@ def plan_vllm_cluster(model, nodes, settings, name="instance", overhead_mib=DEFA
                         "GPU)"
                         % (name, tp, pp, ranks, ray_cluster, count,
                            ", ".join("%s %d" % (h, len(g)) for h, g in per_node) or "no nodes"))
-    util = float(settings.get("gpu_memory_utilization") or VLLM_DEFAULT_UTILIZATION)
-    max_len = _int(settings, "max_model_len", int(model.get("max_position_embeddings") or 0))
+    util, max_len = _vllm_utilization_and_length(model, settings)
     weights = _vllm_weights(model, settings) // ranks
     activation = _vllm_activation(model, settings, tp)
     per_token = (vllm_kv_bytes_per_token(model, settings, tp) + pp - 1) // pp
     rows = [_vllm_row(gpu, weights, activation, util, overhead_mib, basis, host=str(host))
             for host, gpus in per_node for gpu in gpus]
-    kv_tokens = min(r["kv"] for r in rows) // per_token if per_token else 0
-    plan = {
-        "name": name, "engine": "vllm", "ray_cluster": ray_cluster, "nodes": [str(h) for h, _g in per_node],
-        "tensor_parallel_size": tp, "pipeline_parallel_size": pp, "gpu_memory_utilization": util,
-        "weights_per_rank": weights, "kv_bytes_per_token": per_token, "kv_tokens": kv_tokens,
-        "max_model_len": max_len,
-        "max_concurrency": round(float(kv_tokens) / max_len, 2) if max_len else None,
-        "gpus": rows, "total_bytes": sum(r["total"] for r in rows),
-        "max_ctx_size": kv_tokens, "max_parallel": kv_tokens // max_len if max_len else None,
-    }
+    plan = _vllm_pool_plan(name, rows, util, weights, per_token, max_len, ray_cluster=ray_cluster,
+                           nodes=[str(h) for h, _g in per_node], tensor_parallel_size=tp,
+                           pipeline_parallel_size=pp)
+    kv_tokens = plan["kv_tokens"]
     suggestions = []
     problems = _vllm_problems(rows, weights, activation, util, min_headroom_mib)
     _vllm_pool_verdict(problems, suggestions, settings, kv_tokens, max_len, per_token)
