@@ -27,6 +27,7 @@ plugins/filter/serving.py.
 from __future__ import absolute_import, division, print_function
 
 import re
+import shlex
 
 from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags, vllm_flags
 from ansible_collections.llmops.serving.plugins.plugin_utils.container import (
@@ -290,6 +291,21 @@ def unit_name(name, engine, unit_prefix=None):
     """The systemd unit of instance `name`: serving_unit_prefix[engine] (or the engine's own) + name."""
     prefix = by_engine(unit_prefix, engine, "serving_unit_prefix") or engine_flags(engine).UNIT_PREFIX
     return "%s%s.service" % (prefix, name)
+
+
+def health_wait_args(target, timeout, journal_lines=40):
+    """The arguments of roles/serving/files/serving-wait.py for an instance: its plan (role serving's health
+    gate) or its deployment record (role fleet, after a rollback): url, unit, first served name, the key by
+    file or by the env file's variable, the timeout and how many journal lines a failure quotes."""
+    served = target.get("served_model_name")
+    served = served[0] if isinstance(served, (list, tuple)) else served
+    args = ["--url", target["url"], "--unit", target["unit"], "--model", served or target["name"]]
+    if target.get("key_file"):
+        args += ["--key-file", target["key_file"]]
+    if target.get("api_key_env"):
+        args += ["--env-file", target["env_file"], "--key-env", target["api_key_env"]]
+    args += ["--timeout", str(int(timeout)), "--journal-lines", str(int(journal_lines))]
+    return " ".join(shlex.quote(str(arg)) for arg in args)
 
 
 def served_name(raw, name, models_fact):

@@ -108,3 +108,21 @@ def test_summary_names_updated_failed_and_untouched_hosts():
     assert "untouched: n3" in out["lines"] and "updated: n1" in out["lines"]
     with pytest.raises(AnsibleFilterError, match="status 'weird'"):
         FILTERS["fleet_summary"](["n1"], {"n1": {"fleet_result": {"status": "weird"}}})
+
+
+def test_health_wait_args_from_a_plan_and_from_its_record_are_the_same():
+    """Role serving's health gate (a plan) and role fleet's after a rollback (a record): one command."""
+    from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import health_wait_args
+
+    plan = {"name": "qwen", "unit": "vllm-qwen.service", "url": "http://127.0.0.1:8000",
+            "served_model_name": ["qwen-fleet", "alias"], "key_file": None, "api_key_env": "VLLM_API_KEY",
+            "env_file": "/etc/llama-server/qwen env", "engine": "vllm"}
+    args = health_wait_args(plan, 60, 20)
+    assert args == ("--url http://127.0.0.1:8000 --unit vllm-qwen.service --model qwen-fleet "
+                    "--env-file '/etc/llama-server/qwen env' --key-env VLLM_API_KEY --timeout 60 "
+                    "--journal-lines 20")
+    record = rollout.deployment_record(plan, unit_checksum="ab", time="t", health_timeout=60)
+    assert health_wait_args(record, record["health_timeout"], 20) == args
+    llama = dict(plan, served_model_name="q", key_file="/etc/llama-server/q.key", api_key_env=None)
+    assert health_wait_args(llama, 900).endswith("--model q --key-file /etc/llama-server/q.key --timeout 900 "
+                                                 "--journal-lines 40")
