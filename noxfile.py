@@ -17,23 +17,22 @@ for the summary line of `bin/llmops-dev test`.
 """
 import os
 import shutil
-import subprocess
-import time
+import sys
 import xml.etree.ElementTree as ET
 
 import nox
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+# The checkout's own tools (tools/ci): importable once ROOT is on the path.
+sys.path.insert(0, ROOT)
+from tools.ci.schedule import CI_CACHE  # noqa: E402
+
 CACHE = os.environ.get("LLMOPS_CACHE_DIR", os.path.join(ROOT, ".cache"))
 COUNTS = os.path.join(CACHE, "counts")
-# Two lanes run side by side (`LLMOPS_MOLECULE_LANES=1` runs them one after the other). The first is the
-# llama.cpp build and what reuses its shared build cache (.cache/ci-llama): llama_server, then default (the
-# whole site.yml as a first run). The second needs no build: the fake GPUs, the model downloads, and the
-# scenarios that run the fake vLLM (vllm, fleet, ray). The build is CPU-bound while the second lane mostly
-# waits on systemd, pip and health checks, so on 2 cores the pair takes about the time of the longer lane.
-MOLECULE_LANES = (("llama_cpp", "llama_server", "default"),
-                  ("gpu_host", "model", "vllm", "fleet", "ray"))
-MOLECULE_SCENARIOS = tuple(name for lane in MOLECULE_LANES for name in lane)
+# Every Molecule scenario. `bin/llmops-dev test` runs them side by side with the other sessions
+# (tools/ci/schedule.py decides the order and how many at once); `nox -s molecule` runs them in turn.
+MOLECULE_SCENARIOS = ("llama_cpp", "llama_server", "default", "l20", "gpu_host", "model", "vllm", "fleet",
+                      "ray")
 PYTEST_PATHS = ("tests/unit", "tests/roles")
 
 nox.options.default_venv_backend = "none"
@@ -94,60 +93,30 @@ def unit_llama_server(session):
 
 @nox.session
 def molecule(session):
-    """Molecule scenarios on the host network: all of them in two lanes side by side (MOLECULE_LANES), or
-    those named after -- one after another."""
+    """Molecule scenarios on the host network, the named ones (after --) or all, one after another. Before
+    each, the host ports it listens on are checked (tools/ci/ports.py): a port held by another process fails
+    here, naming that process, instead of deep inside the scenario."""
+    from tools.ci import ports
+
     if shutil.which("docker") is None:
         session.error("no docker CLI: run `bin/llmops-dev setup` (installs and starts the engine)")
     session.env.setdefault("LLMOPS_DOCKER_CLI", shutil.which("docker"))
     session.env["LLMOPS_CACHE_DIR"] = CACHE
-    os.makedirs(os.path.join(CACHE, "ci-llama"), exist_ok=True)
+    session.env["LLMOPS_CI_CACHE"] = CI_CACHE
+    for folder in (os.path.join(CACHE, "ci-llama"), os.path.join(CI_CACHE, "ccache")):
+        os.makedirs(folder, exist_ok=True)
     scenarios = session.posargs or MOLECULE_SCENARIOS
     unknown = sorted(set(scenarios) - set(MOLECULE_SCENARIOS))
     if unknown:
         session.error("unknown scenario(s) %s; known: %s"
                       % (", ".join(unknown), ", ".join(MOLECULE_SCENARIOS)))
-    lanes = [[name for name in lane if name in scenarios] for lane in MOLECULE_LANES]
-    lanes = [lane for lane in lanes if lane]
-    if session.posargs or os.environ.get("LLMOPS_MOLECULE_LANES", "2") == "1" or len(lanes) < 2:
-        for scenario in scenarios:
-            session.log("molecule test -s %s" % scenario)
-            session.run("molecule", "test", "-s", scenario)
-        _record("molecule", len(scenarios))
-        return
-    _record("molecule", _molecule_lanes(session, lanes))
-
-
-def _molecule_lanes(session, lanes):
-    """Runs each lane's scenarios in order and the lanes at the same time. Each lane writes to
-    .cache/molecule-lane-<n>.log, printed when the lane ends: interleaved output would be unreadable."""
-    # nox's session.env maps a variable to None to unset it (it does so for some in CI): Popen wants strings.
-    env = dict(os.environ)
-    for key, value in session.env.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    running = []
-    for number, lane in enumerate(lanes, 1):
-        log = os.path.join(CACHE, "molecule-lane-%d.log" % number)
-        script = " && ".join("echo '==> molecule test -s %s' && molecule test -s %s" % (name, name)
-                             for name in lane)
-        session.log("lane %d: %s (output: %s)" % (number, ", ".join(lane), log))
-        with open(log, "w") as handle:
-            running.append((number, lane, log, time.time(), subprocess.Popen(
-                ["bash", "-o", "pipefail", "-c", script], stdout=handle, stderr=subprocess.STDOUT, env=env)))
-    failed = []
-    for number, lane, log, started, process in running:
-        code = process.wait()
-        with open(log) as handle:
-            print(handle.read(), flush=True)
-        session.log("lane %d (%s): %s in %d s" % (number, ", ".join(lane), "passed" if code == 0 else
-                                                  "FAILED (exit %d)" % code, time.time() - started))
-        if code:
-            failed.append(number)
-    if failed:
-        session.error("molecule lane(s) %s failed: see the output above" % ", ".join(map(str, failed)))
-    return sum(len(lane) for lane in lanes)
+    for scenario in scenarios:
+        held = ports.check([scenario])
+        if held:
+            session.error(held)
+        session.log("molecule test -s %s" % scenario)
+        session.run("molecule", "test", "-s", scenario)
+        _record("molecule-" + scenario, 1)
 
 
 @nox.session

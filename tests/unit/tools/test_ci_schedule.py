@@ -1,0 +1,79 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""tools/ci/schedule.py: which job starts when, and the table of where the time went."""
+import io
+import sys
+
+import noxfile
+from tools.ci import ports, schedule
+
+
+def job(name, needs=(), weight=1, estimate=60):
+    return schedule.Job(name, [sys.executable, "-c", "pass"], needs, weight, estimate)
+
+
+def test_every_scenario_is_a_job_and_every_job_a_session():
+    molecule_jobs = [j.name.split(":", 1)[1] for j in schedule.JOBS if j.name.startswith("molecule:")]
+    assert sorted(molecule_jobs) == sorted(noxfile.MOLECULE_SCENARIOS) == sorted(ports.SCENARIO_PORTS)
+    sessions = {j.argv[3] for j in schedule.JOBS}
+    assert sessions <= {"lint", "sanity", "unit", "molecule", "unit_llama_server"}
+    names = {j.name for j in schedule.JOBS}
+    assert all(n in names for j in schedule.JOBS for n in j.needs)
+
+
+def test_the_longest_chain_starts_first():
+    jobs = [job("compile", estimate=600), job("after", needs=("compile",), estimate=500),
+            job("long-alone", estimate=900), job("short", estimate=60)]
+    priority = schedule.critical_paths(jobs, {})
+    assert priority == {"compile": 1100, "after": 500, "long-alone": 900, "short": 60}
+    started = schedule.next_jobs(jobs, set(), 0, 2, priority)
+    assert [j.name for j in started] == ["compile", "long-alone"]
+
+
+def test_a_job_waits_for_what_it_needs_and_for_room():
+    jobs = [job("a", weight=2), job("b", needs=("a",)), job("c")]
+    priority = {"a": 3, "b": 2, "c": 1}
+    assert [j.name for j in schedule.next_jobs(jobs, set(), 0, 3, priority)] == ["a", "c"]
+    assert [j.name for j in schedule.next_jobs(jobs[1:], set(), 2, 3, priority)] == ["c"]
+    assert [j.name for j in schedule.next_jobs(jobs[1:], {"a"}, 0, 3, priority)] == ["b", "c"]
+    # A job heavier than the machine's capacity still runs, alone.
+    assert [j.name for j in schedule.next_jobs([job("big", weight=5)], set(), 0, 3, {"big": 1})] == ["big"]
+    assert schedule.next_jobs([job("big", weight=5)], set(), 1, 3, {"big": 1}) == []
+
+
+def test_measured_durations_replace_the_estimates(tmp_path):
+    history = tmp_path / "durations.json"
+    schedule.save_history({"x": 12.5}, str(history))
+    schedule.save_history({"y": 3}, str(history))
+    assert schedule.load_history(str(history)) == {"x": 12.5, "y": 3.0}
+    assert schedule.critical_paths([job("x", estimate=999)], {"x": 12.5}) == {"x": 12.5}
+
+
+def test_a_partial_run_drops_what_it_did_not_ask_for():
+    chosen = schedule.select([job("a"), job("b", needs=("a",))], ["b"])
+    assert [(j.name, j.needs) for j in chosen] == [("b", ())]
+
+
+def test_molecule_steps_are_read_from_the_stamped_log():
+    log = ("[00:00] INFO     l20 \u279c destroy: Executing\n[00:04] INFO     l20 \u279c create: Executing\n"
+           "[00:30] noise\n[01:10] INFO     l20 \u279c converge: Executing\n[05:00] INFO done\n")
+    assert schedule.molecule_steps(log) == [("destroy", 4), ("create", 66), ("converge", 230)]
+
+
+def test_jobs_run_side_by_side_and_a_failure_stops_new_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr(schedule, "LOGS", str(tmp_path / "logs"))
+    monkeypatch.setattr(schedule, "HISTORY", str(tmp_path / "durations.json"))
+    monkeypatch.setattr(schedule, "load_history", lambda path=None: {})
+    monkeypatch.setattr(schedule, "save_history", lambda d, path=None: None)
+    ok = schedule.Job("ok", [sys.executable, "-c", "print('\\x1b[32mgreen\\x1b[0m')"])
+    bad = schedule.Job("bad", [sys.executable, "-c", "import sys; sys.exit(3)"], estimate=999)
+    later = schedule.Job("later", [sys.executable, "-c", "pass"], needs=("bad",))
+    out = io.StringIO()
+    results = schedule.run([ok, bad, later], capacity=3, out=out)
+    assert results["ok"][2] == "passed" and results["bad"][2] == "FAILED (exit 3)"
+    assert "later" not in results
+    assert "not started after the failure of bad: later" in out.getvalue()
+    assert "[00:00] green" in (tmp_path / "logs" / "ok.log").read_text()
+    table = schedule.table(results, min(r[0] for r in results.values()))
+    assert "FAILED (exit 3)" in table and "total" in table

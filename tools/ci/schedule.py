@@ -1,0 +1,298 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The jobs of `bin/llmops-dev test` (= `.ci/run`), run side by side on a 2-core machine, and the table of
+where the time went.
+
+    python -m tools.ci.schedule                # every job (JOBS), then the phase table
+    python -m tools.ci.schedule unit lint      # only these jobs (and nothing they need)
+    python -m tools.ci.schedule --list         # the jobs, what each needs, its expected duration
+
+Each job is a nox session (noxfile.py); a Molecule scenario is the job `molecule:<scenario>`. Jobs start as
+soon as what they need has passed and the machine has room: `LLMOPS_CI_CAPACITY` (default 3) units of
+load, each job weighing what it keeps busy (the llama.cpp compile and the unit tests weigh 2, a Molecule
+scenario that mostly waits on systemd and health checks 1). Among the jobs that are ready, the one with the
+longest chain of work behind it starts first (its critical path), measured from the durations the last
+green run on this machine recorded (`$LLMOPS_CI_CACHE/durations.json`) or, on a new machine, from the
+estimates below. Each job writes its output, every line stamped with the minutes since the job started,
+to `.cache/ci-logs/<job>.log`, printed whole when the job ends (interleaved output would be unreadable).
+The run stops starting jobs after the first failure, lets the running ones finish, and exits 1.
+
+The table at the end lists the setup phases (`.cache/ci-phases.tsv`, written by bin/llmops-dev) and every
+job with its start, duration and result, and for each Molecule scenario how long each of its steps took
+(create, prepare, converge, ...), read from the stamped log.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CACHE = os.environ.get("LLMOPS_CACHE_DIR", os.path.join(ROOT, ".cache"))
+# Machine-level caches that outlive a clone (a second CI run on the same machine reuses them): the ccache of
+# the llama.cpp builds (mounted into the scenario containers at this same path), downloaded wheels, the
+# durations of the last green run.
+CI_CACHE = os.environ.get("LLMOPS_CI_CACHE") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+    "llmops.serving", "ci")
+LOGS = os.path.join(CACHE, "ci-logs")
+PHASES = os.path.join(CACHE, "ci-phases.tsv")
+HISTORY = os.path.join(CI_CACHE, "durations.json")
+
+
+class Job:
+    """One nox session. `needs`: jobs that must have passed first; `weight`: load units it keeps busy;
+    `estimate`: seconds, used until this machine has measured it."""
+
+    def __init__(self, name, argv, needs=(), weight=1, estimate=300):
+        self.name, self.argv, self.needs = name, argv, tuple(needs)
+        self.weight, self.estimate = weight, estimate
+
+
+def _molecule(scenario, needs=(), weight=1, estimate=300):
+    return Job("molecule:" + scenario, ["nox", "--no-venv", "-s", "molecule", "--", scenario], needs, weight,
+               estimate)
+
+
+# What builds llama.cpp: llama_cpp pays the cold compile into the shared ccache; the scenarios that build it
+# again (each in its own build root) start after it, so their builds are ccache hits.
+AFTER_COMPILE = ("molecule:llama_cpp",)
+JOBS = (
+    Job("lint", ["nox", "--no-venv", "-s", "lint"], estimate=120),
+    Job("sanity", ["nox", "--no-venv", "-s", "sanity"], estimate=180),
+    Job("unit", ["nox", "--no-venv", "-s", "unit"], weight=2, estimate=420),
+    _molecule("llama_cpp", weight=2, estimate=900),
+    _molecule("llama_server", needs=AFTER_COMPILE, estimate=300),
+    _molecule("default", needs=AFTER_COMPILE, estimate=600),
+    _molecule("l20", needs=AFTER_COMPILE, estimate=600),
+    _molecule("gpu_host", estimate=180),
+    _molecule("model", estimate=240),
+    _molecule("vllm", estimate=420),
+    _molecule("fleet", estimate=600),
+    _molecule("ray", estimate=300),
+    Job("unit_llama_server", ["nox", "--no-venv", "-s", "unit_llama_server"], needs=AFTER_COMPILE,
+        estimate=120),
+)
+
+
+def load_history(path=HISTORY):
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+        return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def save_history(durations, path=HISTORY):
+    merged = load_history(path)
+    merged.update(durations)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as handle:
+        json.dump(merged, handle, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+
+
+def select(jobs, names):
+    """The named jobs (all when none), with the jobs they need dropped when not named: a partial run does
+    not pull in a scenario it did not ask for (a missing prerequisite then costs time, not correctness)."""
+    if not names:
+        return list(jobs)
+    known = {job.name for job in jobs}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit("unknown job(s) %s; known: %s" % (", ".join(unknown), ", ".join(sorted(known))))
+    chosen = [job for job in jobs if job.name in names]
+    for job in chosen:
+        job.needs = tuple(n for n in job.needs if n in names)
+    return chosen
+
+
+def critical_paths(jobs, durations):
+    """{job: its duration plus the longest chain of jobs that wait for it}."""
+    by_name = {job.name: job for job in jobs}
+    waiting = {job.name: [j.name for j in jobs if job.name in j.needs] for job in jobs}
+    memo = {}
+
+    def path(name):
+        if name not in memo:
+            own = durations.get(name, by_name[name].estimate)
+            memo[name] = own + max([path(n) for n in waiting[name]] or [0])
+        return memo[name]
+
+    return {job.name: path(job.name) for job in jobs}
+
+
+def next_jobs(pending, passed, running_weight, capacity, priority):
+    """The jobs to start now, best first: ready (all needs passed), and fitting the room left. A job heavier
+    than the whole capacity still starts alone."""
+    started, room = [], capacity - running_weight
+    for job in sorted(pending, key=lambda j: (-priority[j.name], j.name)):
+        if not all(n in passed for n in job.needs):
+            continue
+        if job.weight <= room or (running_weight == 0 and not started):
+            started.append(job)
+            room -= job.weight
+            running_weight += job.weight
+    return started
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _stamp(pipe, log, t0):
+    """Copies a job's output to its log, each line stamped with minutes:seconds since the job started and
+    without terminal colour codes."""
+    with open(log, "w") as handle:
+        for raw in iter(pipe.readline, b""):
+            elapsed = time.time() - t0
+            line = ANSI.sub("", raw.decode("utf-8", "replace"))
+            handle.write("[%02d:%02d] %s" % (elapsed // 60, elapsed % 60, line))
+            handle.flush()
+
+
+MOLECULE_STEP = re.compile(
+    r"^\[(\d+):(\d+)\] .*?\b(?:INFO|WARNING)\b\s+\S+\s+(?:\u279c|->)\s+(\w+):\s+(Executing|Starting)", re.M)
+
+
+def molecule_steps(text):
+    """[(step, seconds)] of one Molecule scenario's stamped log, from the lines where each step starts."""
+    marks = [(m.group(3), int(m.group(1)) * 60 + int(m.group(2))) for m in MOLECULE_STEP.finditer(text)]
+    end = re.findall(r"^\[(\d+):(\d+)\]", text, re.M)
+    last = int(end[-1][0]) * 60 + int(end[-1][1]) if end else 0
+    steps = []
+    for index, (step, start) in enumerate(marks):
+        stop = marks[index + 1][1] if index + 1 < len(marks) else last
+        steps.append((step, stop - start))
+    return steps
+
+
+def _fmt(seconds):
+    seconds = int(round(seconds))
+    return "%d:%02d" % (seconds // 60, seconds % 60)
+
+
+def read_phases(path=PHASES):
+    rows = []
+    try:
+        with open(path) as handle:
+            for line in handle:
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) == 3:
+                    rows.append((parts[0], float(parts[1]), float(parts[2])))
+    except (OSError, ValueError):
+        pass
+    return rows
+
+
+def table(results, t0, phases=(), logs=LOGS):
+    """The phase table: setup phases, then every job in start order with its Molecule steps."""
+    lines = ["", "== where the time went (wall clock, minutes:seconds) ==",
+             "%-30s %8s %8s  %s" % ("phase", "start", "took", "result")]
+    origin = min([start for _, start, _ in phases] + [t0])
+    for name, start, stop in phases:
+        lines.append("%-30s %8s %8s  %s" % ("setup: " + name, _fmt(start - origin), _fmt(stop - start), "ok"))
+    for name, (start, stop, result) in sorted(results.items(), key=lambda kv: kv[1][0]):
+        lines.append("%-30s %8s %8s  %s" % (name, _fmt(start - origin), _fmt(stop - start), result))
+        if name.startswith("molecule:"):
+            try:
+                with open(os.path.join(logs, name.replace(":", "-") + ".log")) as handle:
+                    steps = molecule_steps(handle.read())
+            except OSError:
+                steps = []
+            for step, seconds in steps:
+                lines.append("%-30s %8s %8s" % ("    " + step, "", _fmt(seconds)))
+    end = max([stop for _, stop, _ in results.values()] + [t0])
+    lines.append("%-30s %8s %8s" % ("total", "", _fmt(end - origin)))
+    return "\n".join(lines)
+
+
+def run(jobs, capacity, env=None, out=sys.stdout):
+    """Runs the jobs; returns {job: (start, stop, result)}."""
+    os.makedirs(LOGS, exist_ok=True)
+    history = load_history()
+    priority = critical_paths(jobs, history)
+    pending, running, results, passed, failed = list(jobs), {}, {}, set(), []
+    t0 = time.time()
+
+    def say(text):
+        elapsed = time.time() - t0
+        out.write("[%s] %s\n" % (_fmt(elapsed), text))
+        out.flush()
+
+    try:
+        while pending or running:
+            if not failed:
+                weight = sum(job.weight for job, _, _, _ in running.values())
+                for job in next_jobs(pending, passed, weight, capacity, priority):
+                    pending.remove(job)
+                    log = os.path.join(LOGS, job.name.replace(":", "-") + ".log")
+                    process = subprocess.Popen(job.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                               cwd=ROOT, env=env, start_new_session=True)
+                    started = time.time()
+                    pump = threading.Thread(target=_stamp, args=(process.stdout, log, started), daemon=True)
+                    pump.start()
+                    running[job.name] = (job, process, started, pump)
+                    say("start %s (%s)" % (job.name, " ".join(job.argv)))
+            elif not running:
+                break
+            time.sleep(1)
+            for name, (_, process, started, pump) in list(running.items()):
+                code = process.poll()
+                if code is None:
+                    continue
+                pump.join()
+                stopped = time.time()
+                del running[name]
+                result = "passed" if code == 0 else "FAILED (exit %d)" % code
+                results[name] = (started, stopped, result)
+                log = os.path.join(LOGS, name.replace(":", "-") + ".log")
+                with open(log) as handle:
+                    out.write("\n===== %s: %s in %s (log %s) =====\n%s"
+                              % (name, result, _fmt(stopped - started), log, handle.read()))
+                say("%s %s in %s" % (name, result, _fmt(stopped - started)))
+                if code == 0:
+                    passed.add(name)
+                else:
+                    failed.append(name)
+        if pending and failed:
+            say("not started after the failure of %s: %s"
+                % (", ".join(failed), ", ".join(j.name for j in pending)))
+    except KeyboardInterrupt:
+        for _, process, _, _ in running.values():
+            os.killpg(process.pid, signal.SIGTERM)
+        raise
+    if not failed:
+        save_history({name: stop - start for name, (start, stop, _) in results.items()})
+    return results
+
+
+def main(argv):
+    if argv[:1] == ["--list"]:
+        history = load_history()
+        paths = critical_paths(JOBS, history)
+        for job in JOBS:
+            print("%-24s weight %d  ~%s  critical path %s  needs %s" % (
+                job.name, job.weight, _fmt(history.get(job.name, job.estimate)), _fmt(paths[job.name]),
+                ", ".join(job.needs) or "-"))
+        return 0
+    jobs = select(JOBS, argv)
+    capacity = int(os.environ.get("LLMOPS_CI_CAPACITY", "3"))
+    t0 = time.time()
+    results = run(jobs, capacity)
+    print(table(results, t0, read_phases()))
+    failed = [name for name, (_, _, result) in results.items() if result != "passed"]
+    not_run = [job.name for job in jobs if job.name not in results]
+    if failed or not_run:
+        print("\nfailed: %s%s" % (", ".join(failed) or "none",
+                                  ("; not run: " + ", ".join(not_run)) if not_run else ""))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
