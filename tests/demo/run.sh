@@ -12,6 +12,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 export LLMOPS_REPO="$ROOT"
 export LLMOPS_DEMO_DIR="${LLMOPS_DEMO_DIR:-$ROOT/.cache/demo}"
+# The machine's ccache (bin/llmops-dev exports it; shared with the test scenarios).
+export LLMOPS_CI_CACHE="${LLMOPS_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llmops.serving/ci}"
 NODE=llmops-local-node
 HUB_PORT=${LLMOPS_DEMO_HUB_PORT:-18080}
 
@@ -25,12 +27,13 @@ up() {
   tests/demo/hub.sh start "$HUB_PORT"
   if [ "$(docker inspect -f '{{.State.Running}}' "$NODE" 2>/dev/null)" != "true" ]; then
     docker rm -f "$NODE" >/dev/null 2>&1 || true
-    python -m tests.fixtures.llama_cpp_source >/dev/null
-    mkdir -p "$ROOT/.cache/ci-llama"
+    python -m tests.fixtures.llama_cpp_source --mirror >/dev/null
+    mkdir -p "$ROOT/.cache/ci-llama" "$LLMOPS_CI_CACHE/ccache"
     echo "starting the container $NODE (systemd, fake 4x L20)"
     docker run -d --name "$NODE" --hostname "$NODE" --cap-add SYS_ADMIN --cgroupns=host \
       -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /run --tmpfs /run/lock --tmpfs /tmp --network host \
-      -v "$ROOT/.cache/llama_cpp_python-0.3.36:$ROOT/.cache/llama_cpp_python-0.3.36:ro" \
+      -v "$ROOT/.cache/llama.cpp.git:$ROOT/.cache/llama.cpp.git:ro" \
+      -v "$LLMOPS_CI_CACHE/ccache:$LLMOPS_CI_CACHE/ccache" \
       -v "$ROOT/.cache/ci-llama:$ROOT/.cache/ci-llama" \
       llmops-test/debian12:latest >/dev/null
     ansible-playbook -i inventories/local molecule/shared/prepare.yml -e fake_gpu_profile=l20x4
