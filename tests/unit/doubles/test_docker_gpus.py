@@ -40,3 +40,34 @@ def test_runs_are_logged_and_passed_on(tmp_path):
     out = subprocess.check_output([sys.executable, SHIM, "rm", "-f", "c"], env=env)
     assert out.decode().split() == ["rm", "-f", "c"]
     assert len(log.read_text().splitlines()) == 1
+
+
+def test_bind_mount_sources_are_mapped_to_the_host_path():
+    shim = load_shim()
+    path_map = [("/", "/var/lib/docker/overlay2/abc/merged"),
+                ("/home/llmops/ccache", "/root/.cache/ci/ccache")]
+    path_map = sorted(path_map, key=lambda pair: -len(pair[0]))
+    args = ["run", "--rm", "--name", "x", "--network", "host", "-v", "/home/models/q:/models:ro",
+            "--volume=/home/llmops/ccache:/home/llmops/ccache", "-e", "A=-v",
+            "--mount", "type=bind,source=/etc/k,target=/run/k,readonly", "-v", "named:/data",
+            "img", "-v", "/not/a/mount:/x"]
+    assert shim.map_volumes(args, path_map) == [
+        "run", "--rm", "--name", "x", "--network", "host",
+        "-v", "/var/lib/docker/overlay2/abc/merged/home/models/q:/models:ro",
+        "--volume=/root/.cache/ci/ccache:/home/llmops/ccache", "-e", "A=-v",
+        "--mount", "type=bind,source=/var/lib/docker/overlay2/abc/merged/etc/k,target=/run/k,readonly",
+        "-v", "named:/data", "img", "-v", "/not/a/mount:/x"]
+    # Other commands, and runs without a map, are passed on unchanged.
+    assert shim.map_volumes(["build", "-v", "/a:/b"], path_map) == ["build", "-v", "/a:/b"]
+    assert shim.map_volumes(args, []) == args
+
+
+def test_the_path_map_file_is_read_longest_prefix_first(tmp_path):
+    path = tmp_path / "map"
+    path.write_text(json.dumps([["/", "/h/root/"], ["/home/llmops/ccache/", "/c"]]))
+    shim = load_shim()
+    path_map = shim.load_path_map(str(path))
+    assert path_map == [("/home/llmops/ccache", "/c"), ("/", "/h/root")]
+    assert shim.host_path("/home/llmops/ccache/x", path_map) == "/c/x"
+    assert shim.host_path("/home/llmops/ccachex", path_map) == "/h/root/home/llmops/ccachex"
+    assert shim.load_path_map(str(tmp_path / "missing")) == []
