@@ -12,7 +12,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 from ansible_collections.llmops.serving.plugins.filter.os_vars import os_vars_file
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import driver_plan
+from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import driver_plan, reboot_decision
 
 from tests.helpers import ROOT  # noqa: E402
 
@@ -121,7 +121,7 @@ def test_default_driver_is_the_cuda_12_4_minimum_and_dkms_flavour():
     assert r.var("nvidia_driver_version") == "550.54.14"
     assert r.var("nvidia_driver_branch") == "550"
     assert r.var("nvidia_driver_el7_flavor") == "dkms"
-    assert r.var("nvidia_driver_allow_reboot") is False
+    assert r.var("nvidia_driver_allow_reboot") == "auto"
 
 
 # --- EL 7 packages, repository, versionlock ---------------------------------------------------------
@@ -462,11 +462,12 @@ def test_reboot_is_gated_by_allow_reboot_and_failure_names_the_reasons():
     tasks = el7().tasks("reboot.yml")
     fail = next(t for t in tasks if "ansible.builtin.fail" in t)
     reboot = next(t for t in tasks if "ansible.builtin.reboot" in t)
-    assert "not (nvidia_driver_allow_reboot | bool)" in fail["when"]
-    assert "nvidia_driver_allow_reboot | bool" in reboot["when"]
+    assert "not (_nvidia_driver_plan.reboot | bool)" in fail["when"]
+    assert "_nvidia_driver_plan.reboot | bool" in reboot["when"]
     assert "_nvidia_driver_plan.action == 'reboot'" in fail["when"]
     assert "_nvidia_driver_plan.action == 'reboot'" in reboot["when"]
     pending = plan("final", {"present": False, "error": "Driver/library version mismatch"}, "535.104.05")
+    pending.update(reboot_decision("reboot", "false"))
     r = el7(
         _nvidia_driver_plan=pending,
         _nvidia_driver_packages={"changed": True},
