@@ -109,8 +109,8 @@ def plan(writes, filesystems, reserve=0, candidates=()):
     groups = {}
     for write in writes:
         fs = filesystems[write["path"]]
-        group = groups.setdefault(fs["device"], dict(mount=fs["mount"], free=fs["free"], total=fs["total"],
-                                                    needs=0, writes=[]))
+        empty = dict(mount=fs["mount"], free=fs["free"], total=fs["total"], needs=0, writes=[])
+        group = groups.setdefault(fs["device"], empty)
         group["needs"] += write["bytes"]
         group["writes"].append(write)
     ordered = sorted(groups.values(), key=lambda g: g["mount"])
@@ -126,8 +126,8 @@ def plan(writes, filesystems, reserve=0, candidates=()):
             advice = "; set %s to a path on %s (%s free)" % (", ".join(movable), better["mount"],
                                                              human(better["free"]))
         elif movable:
-            advice = "; free space on %s, or set %s to a path on a larger filesystem" % (group["mount"],
-                                                                                        ", ".join(movable))
+            advice = "; free space on %s, or set %s to a path on a larger filesystem" % (
+                group["mount"], ", ".join(movable))
         messages.append("%s has %s free, the run writes ~%s there: %s%s%s" % (
             group["mount"], human(group["free"]), human(group["needs"]), parts,
             " (and %s must stay free)" % human(reserve) if reserve else "", advice))

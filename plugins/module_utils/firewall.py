@@ -83,7 +83,7 @@ def parse_rich_rule(line):
     if not line.startswith("rule ") or not line.endswith(" accept"):
         return None
     attrs = _ATTR_RE.findall(line)
-    keys = [k for k, _ in attrs]
+    keys = [pair[0] for pair in attrs]
     if keys != ["family", "address", "port", "protocol"] or " source address=" not in line \
             or " port port=" not in line or " not " in line or "invert" in line:
         return None
