@@ -127,6 +127,7 @@ class FilterModule(object):
             "serving_restart_policy": _wrap(serving_restart_policy),
             "serving_instance_fact": _wrap(serving_instance_fact),
             "serving_health_wait_args": _wrap(instance_plan.health_wait_args),
+            "serving_exposed_ports": _wrap(instance_plan.exposed_ports),
             "serving_renamed_variables": _wrap(serving_renamed_variables),
             "systemd_version": _wrap(systemd_version),
             "systemd_quote": _wrap(systemd_quote),

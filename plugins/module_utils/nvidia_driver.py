@@ -27,10 +27,23 @@ at three moments, and only carries out the answer: ``action`` is ``none``, ``ins
    - ``the nouveau module is loaded (now blacklisted ...)``;
    - ``the loaded nvidia kernel module is 535.104.05, not 550.54.14 (...)``.
 
-A ``reboot`` plan reboots the node when ``nvidia_driver_allow_reboot`` is true (tasks/reboot.yml), and
-otherwise stops the node with templates/reboot-pending-message.j2: "REBOOT PENDING on <node>: ... because
-<reasons>", plus the command that resumes after a reboot. After the reboot the same run (or the next one)
-confirms that nvidia-smi reports exactly the pinned version.
+Whether the play may carry out a ``reboot`` plan itself is ``reboot_decision()`` below, by the reboot policy
+``nvidia_driver_allow_reboot``:
+
+- ``true``: it reboots (tasks/reboot.yml);
+- ``false``: it never does;
+- ``auto`` (the default): it reboots only a node that serves nothing, which is what a bare node is and a box
+  in production is not. "Serves nothing" is read without the driver's help, since on such a node nvidia-smi
+  cannot answer (nouveau, no driver, or the new user space next to the old loaded module: a "library version
+  mismatch"): no process holds an NVIDIA device node open (``/proc/<pid>/fd`` pointing at ``/dev/nvidia0``,
+  ``/dev/nvidiactl``, ``/dev/nvidia-uvm``, ...: every CUDA program does, containers included; the daemons in
+  ``ignore_processes`` such as nvidia-persistenced do not count), and no unit of ours runs (the running units
+  matching ``busy_units``: role serving's llama-server-*/vllm-* instances, Ray).
+
+When the play may not reboot, it stops the node with templates/reboot-pending-message.j2: "REBOOT PENDING on
+<node>: ... because <reasons>", what kept ``auto`` from rebooting, and the command that resumes after a
+reboot. After the reboot the same run (or the next one) confirms that nvidia-smi reports exactly the pinned
+version.
 
 Plain Python 3.6, standard library only, importable without Ansible.
 """
@@ -39,9 +52,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import fnmatch
 import os
+import re
 
 STAGES = ("detect", "before_installer", "final")
+REBOOT_POLICIES = ("auto", "true", "false")
+# Device nodes a program opens to use an NVIDIA GPU (CUDA: nvidiactl, nvidia-uvm and nvidia<N>; an X server:
+# nvidia-modeset). nvidia-caps (MIG) and the DRM nodes are not among them.
+GPU_DEVICE_RE = re.compile(r"^/dev/nvidia([0-9]+|ctl|-uvm|-uvm-tools|-modeset)$")
 
 NOUVEAU_REASON = ("the nouveau module is loaded (now blacklisted and the initramfs rebuilt, so it will not "
                   "load after a reboot)")
@@ -135,3 +154,77 @@ def driver_plan(wanted_version, stage, gpus=None, loaded_module="", nouveau_load
         # A first install with nothing in the way needs no reboot: loading the fresh module is enough.
         load_module=stage == "final" and not nouveau_loaded and loaded_module == "",
     )
+
+
+def normal_reboot_policy(value):
+    """nvidia_driver_allow_reboot as one of REBOOT_POLICIES (YAML booleans and their spellings accepted)."""
+    text = _text(value).strip().lower()
+    if text in ("auto",):
+        return "auto"
+    if text in ("1", "true", "yes", "on", "y", "t"):
+        return "true"
+    if text in ("0", "false", "no", "off", "n", "f"):
+        return "false"
+    raise ValueError("nvidia_driver_allow_reboot must be auto, true or false, got %r" % (value,))
+
+
+def read_gpu_processes(proc_root="/proc", ignore=()):
+    """Processes holding an NVIDIA device node open: [{pid, name, device}] by pid, the ignored names left out.
+
+    Read from <proc_root>/<pid>/fd, so it works whatever driver is loaded and whether nvidia-smi answers.
+    A process that ends or cannot be read while the list is made is skipped."""
+    try:
+        pids = sorted((int(p) for p in os.listdir(proc_root) if p.isdigit()))
+    except (IOError, OSError):
+        return []
+    ignore = set(ignore or ())
+    found = []
+    for pid in pids:
+        base = os.path.join(proc_root, str(pid))
+        try:
+            with open(os.path.join(base, "comm")) as handle:
+                name = handle.read().strip()
+        except (IOError, OSError):
+            continue
+        if name in ignore:
+            continue
+        try:
+            fds = sorted(os.listdir(os.path.join(base, "fd")), key=lambda fd: (len(fd), fd))
+        except (IOError, OSError):
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(base, "fd", fd))
+            except (IOError, OSError):
+                continue
+            if GPU_DEVICE_RE.match(target):
+                found.append(dict(pid=pid, name=name, device=target))
+                break
+    return found
+
+
+def busy_units(running_units, patterns):
+    """The running units that are ours (match one of the shell patterns), sorted."""
+    patterns = list(patterns or ())
+    return sorted(u for u in set(running_units or ()) if any(fnmatch.fnmatchcase(u, p) for p in patterns))
+
+
+def reboot_decision(action, policy, gpu_processes=(), running_units=(), unit_patterns=()):
+    """Whether the play reboots the node for a ``reboot`` plan, by the policy; and, when not, why.
+
+    Returns reboot (bool), reboot_policy, reboot_blockers (sentences; empty when it reboots or nothing is
+    pending) and busy_units (ours among running_units)."""
+    policy = normal_reboot_policy(policy)
+    units = busy_units(running_units, unit_patterns)
+    blockers = []
+    if action == "reboot":
+        if policy == "false":
+            blockers.append("nvidia_driver_allow_reboot is false")
+        elif policy == "auto":
+            if gpu_processes:
+                blockers.append("%d process(es) use the GPUs: %s" % (len(gpu_processes), ", ".join(
+                    "%s (pid %d, %s)" % (p["name"], p["pid"], p["device"]) for p in gpu_processes)))
+            if units:
+                blockers.append("serving units run: %s" % ", ".join(units))
+    return dict(reboot=action == "reboot" and not blockers, reboot_policy=policy, reboot_blockers=blockers,
+                busy_units=units)

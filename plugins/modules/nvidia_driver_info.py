@@ -20,6 +20,9 @@ description:
     M(llmops.serving.gpu_facts)) with the wanted driver version.
   - Returns the driver plan of role C(llmops.serving.nvidia_driver) for one stage of that role, RV(action)
     with RV(reasons). The whole story is told in C(plugins/module_utils/nvidia_driver.py).
+  - When the plan is a reboot, also whether the play may carry it out by O(reboot_policy) (RV(reboot),
+    RV(reboot_blockers)); for V(auto) it reads the processes that hold NVIDIA device nodes open
+    (C(<proc_root>/<pid>/fd)) and takes the running units from O(running_units).
   - Read-only; never changes the host.
 options:
   wanted_version:
@@ -50,6 +53,36 @@ options:
         elsewhere.
     type: path
     default: /sys/module
+  reboot_policy:
+    description:
+      - C(nvidia_driver_allow_reboot) - V(true) reboots for a reboot plan, V(false) never, V(auto) only a node
+        where no process uses the GPUs and no unit matching O(busy_units) runs. YAML booleans are accepted.
+    type: raw
+    default: "false"
+  running_units:
+    description:
+      - The units running now (the names of C(ansible_facts.services) whose state is running).
+    type: list
+    elements: str
+    default: []
+  busy_units:
+    description:
+      - Shell patterns of the units that mean the node serves (V(llama-server-*.service)).
+    type: list
+    elements: str
+    default: []
+  ignore_processes:
+    description:
+      - Process names (C(/proc/<pid>/comm)) that hold NVIDIA device nodes open without serving anything,
+        such as V(nvidia-persistenced).
+    type: list
+    elements: str
+    default: []
+  proc_root:
+    description:
+      - Where procfs is mounted. Only a test harness points it elsewhere.
+    type: path
+    default: /proc
 seealso:
   - module: llmops.serving.gpu_facts
 author:
@@ -124,14 +157,44 @@ load_module:
   returned: always
   type: bool
   sample: true
+reboot:
+  description: The plan is a reboot and O(reboot_policy) lets the play carry it out.
+  returned: always
+  type: bool
+  sample: true
+reboot_policy:
+  description: O(reboot_policy) as V(auto), V(true) or V(false).
+  returned: always
+  type: str
+  sample: auto
+reboot_blockers:
+  description: Why the play may not reboot for a reboot plan, one sentence each.
+  returned: always
+  type: list
+  elements: str
+  sample: ["2 process(es) use the GPUs: llama-server (pid 4242, /dev/nvidia2), ..."]
+gpu_processes:
+  description: The processes holding NVIDIA device nodes open (read for a reboot plan under V(auto) only).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"pid": 4242, "name": "llama-server", "device": "/dev/nvidia2"}]
+busy_units:
+  description: The units of O(running_units) that match O(busy_units).
+  returned: always
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (  # noqa: E402
     STAGES,
     driver_plan,
+    normal_reboot_policy,
+    read_gpu_processes,
     read_loaded_module,
     read_nouveau_loaded,
+    reboot_decision,
 )
 
 
@@ -150,6 +213,11 @@ def main():
             stage=dict(type="str", choices=list(STAGES), default="final"),
             gpus=dict(type="dict", default={}),
             sysfs_module_dir=dict(type="path", default="/sys/module"),
+            reboot_policy=dict(type="raw", default="false"),
+            running_units=dict(type="list", elements="str", default=[]),
+            busy_units=dict(type="list", elements="str", default=[]),
+            ignore_processes=dict(type="list", elements="str", default=[]),
+            proc_root=dict(type="path", default="/proc"),
         ),
         supports_check_mode=True,
     )
@@ -162,6 +230,15 @@ def main():
         nouveau_loaded=read_nouveau_loaded(p["sysfs_module_dir"]),
         installed_module=installed_module_version(module) if p["stage"] == "before_installer" else "",
     )
+    try:
+        policy = normal_reboot_policy(p["reboot_policy"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    # The processes matter only when a reboot is pending and the policy asks.
+    processes = (read_gpu_processes(p["proc_root"], p["ignore_processes"])
+                 if plan["action"] == "reboot" and policy == "auto" else [])
+    plan.update(reboot_decision(plan["action"], policy, processes, p["running_units"], p["busy_units"]),
+                gpu_processes=processes)
     module.exit_json(changed=False, **plan)
 
 

@@ -78,6 +78,17 @@ def is_loopback(host):
     return bool(re.match(r"^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$", host))
 
 
+def exposed_ports(plans):
+    """'<port>/tcp' of the planned instances that bind beyond loopback (what a firewall must let in), sorted
+    by port; an instance on 127.0.0.1 needs no opening."""
+    ports = set()
+    for plan in plans or ():
+        hosts = str(plan.get("host") or "127.0.0.1").split(",")
+        if not all(is_loopback(h) for h in hosts):
+            ports.add(int(plan["port"]))
+    return ["%d/tcp" % p for p in sorted(ports)]
+
+
 def connect_host(host):
     """Where a client on the node reaches a server bound to `host`."""
     first = str(host).split(",", 1)[0].strip()

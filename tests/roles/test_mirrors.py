@@ -18,6 +18,7 @@ FULL = {
     "hf": "https://hf.lan", "modelscope": "https://ms.lan", "registry": "registry.lan:5000",
     "docker_hub_mirrors": ["https://hub.lan"], "pypi": "https://pypi.lan/simple",
     "pypi_extra": ["https://torch.lan/cu124"], "llama_cpp_git": "https://git.lan/llama.cpp.git",
+    "ubuntu_apt": "https://ubuntu.lan/ubuntu",
     "centos_vault": "https://vault.lan/7.9.2009", "epel_archive": "https://epel.lan/archive/epel/",
     "nvidia_cuda": "https://cuda.lan/repos", "libnvidia_container": "https://nct.lan",
     "docker_ce": "https://docker-ce.lan",

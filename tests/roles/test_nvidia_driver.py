@@ -12,7 +12,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 from ansible_collections.llmops.serving.plugins.filter.os_vars import os_vars_file
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import driver_plan
+from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import driver_plan, reboot_decision
 
 from tests.helpers import ROOT  # noqa: E402
 
@@ -121,7 +121,7 @@ def test_default_driver_is_the_cuda_12_4_minimum_and_dkms_flavour():
     assert r.var("nvidia_driver_version") == "550.54.14"
     assert r.var("nvidia_driver_branch") == "550"
     assert r.var("nvidia_driver_el7_flavor") == "dkms"
-    assert r.var("nvidia_driver_allow_reboot") is False
+    assert r.var("nvidia_driver_allow_reboot") == "auto"
 
 
 # --- EL 7 packages, repository, versionlock ---------------------------------------------------------
@@ -131,7 +131,7 @@ def test_el7_dkms_packages_are_the_latest_dkms_stream_pinned_to_the_version():
     packages = el7().var("_nvidia_driver_el7_packages")["dkms"]
     assert "nvidia-driver-latest-dkms-550.54.14" in packages
     assert "kmod-nvidia-latest-dkms-550.54.14" in packages
-    assert "dkms" in packages and "gcc" in packages and "yum-plugin-versionlock" in packages
+    assert "dkms" in packages and "gcc" in packages
     assert not [p for p in packages if "branch" in p or p == "yum-plugin-nvidia"]
     nvidia = [p for p in packages if "nvidia" in p and not p.startswith("yum-plugin")]
     assert nvidia and all(p.endswith("-550.54.14") for p in nvidia)
@@ -172,7 +172,7 @@ def test_el7_versionlock_entries_cover_every_pinned_nvidia_package(flavor):
 
 def test_el7_versionlock_task_adds_kernel_names_only_when_asked():
     tasks = packages_common(el7(), "install.yml", "versionlock-RedHat").tasks("versionlock-RedHat.yml")
-    argv = tasks[0]["ansible.builtin.command"]["argv"]
+    argv = next(t for t in tasks if "ansible.builtin.command" in t)["ansible.builtin.command"]["argv"]
     for lock_kernel, expect in ((True, True), (False, False)):
         r = packages_common(el7(nvidia_driver_versionlock_kernel=lock_kernel), "install.yml",
                             "versionlock-RedHat")
@@ -181,7 +181,8 @@ def test_el7_versionlock_task_adds_kernel_names_only_when_asked():
         assert rendered[:4] == ["rpm", "-q", "--qf", "%{NAME}\\n"]
         assert ("kernel" in rendered) is expect
         assert "nvidia-driver-latest-dkms" in rendered
-    lock = tasks[1]["community.general.yum_versionlock"]
+    lock_module = "community.general.yum_versionlock"
+    lock = next(t for t in tasks if lock_module in t)[lock_module]
     outputs = {
         "stdout_lines": [
             "nvidia-driver-latest-dkms",
@@ -461,11 +462,12 @@ def test_reboot_is_gated_by_allow_reboot_and_failure_names_the_reasons():
     tasks = el7().tasks("reboot.yml")
     fail = next(t for t in tasks if "ansible.builtin.fail" in t)
     reboot = next(t for t in tasks if "ansible.builtin.reboot" in t)
-    assert "not (nvidia_driver_allow_reboot | bool)" in fail["when"]
-    assert "nvidia_driver_allow_reboot | bool" in reboot["when"]
+    assert "not (_nvidia_driver_plan.reboot | bool)" in fail["when"]
+    assert "_nvidia_driver_plan.reboot | bool" in reboot["when"]
     assert "_nvidia_driver_plan.action == 'reboot'" in fail["when"]
     assert "_nvidia_driver_plan.action == 'reboot'" in reboot["when"]
     pending = plan("final", {"present": False, "error": "Driver/library version mismatch"}, "535.104.05")
+    pending.update(reboot_decision("reboot", "false"))
     r = el7(
         _nvidia_driver_plan=pending,
         _nvidia_driver_packages={"changed": True},

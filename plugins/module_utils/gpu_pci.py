@@ -1,0 +1,192 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""NVIDIA GPUs as the PCI bus shows them, with or without a driver: llmops.serving.gpu_pci_info.
+
+nvidia-smi needs a working driver; a bare node has none (or nouveau holds the GPUs). The kernel lists every
+PCI function under ``<sysfs>/bus/pci/devices/<domain:bus:dev.fn>/`` with ``vendor``, ``device`` and ``class``
+files (``0x10de``, ``0x26ba``, ``0x030200``) and, when a driver is bound, a ``driver`` link to
+``<sysfs>/bus/pci/drivers/<name>``. That is enough to say which NVIDIA GPUs are there, whether nouveau holds
+them, and to refuse a box that is not the one the inventory describes before a 1 GB driver install.
+
+Plain Python 3.6, standard library only, importable without Ansible.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+
+NVIDIA_VENDOR = "10de"
+# PCI base class 0x03 (display controller): subclass 0x00 VGA compatible controller (workstation and consumer
+# cards), 0x02 3D controller (data-center cards without a display engine, the L20 among them). NVIDIA's audio
+# (0x0403), USB (0x0c03) and NVSwitch bridge (0x0680) functions are not GPUs.
+GPU_CLASSES = ("0300", "0302")
+
+# Device ids -> product, only those an inventory names. From the PCI ID Repository as Debian ships it:
+# /usr/share/misc/pci.ids of Debian's package pci.ids 0.0~2025.06.09-1 (trixie; "Version: 2025.06.09"),
+# under line 10081 "10de  NVIDIA Corporation": line 13386 "26b7  AD102GL [L20]" and line 13389
+# "26ba  AD102GL [L20]". (Debian 12's pci.ids 0.0~2023.04.11-1, version 2023.04.10, predates the L20.)
+PCI_PRODUCTS = {
+    "26b7": "L20",
+    "26ba": "L20",
+}
+
+_HEX_RE = re.compile(r"^(?:0x)?([0-9a-fA-F]+)$")
+_DEVICE_ID_RE = re.compile(r"^(?:(?:0x)?([0-9a-fA-F]{4})[:.])?(?:0x)?([0-9a-fA-F]{4})$")
+
+
+class PciError(Exception):
+    """Bad input to the expectation check, with what to write instead."""
+
+
+def _read(path):
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except (IOError, OSError):
+        return ""
+
+
+def _hex(text, width):
+    match = _HEX_RE.match(text or "")
+    if not match:
+        return ""
+    return match.group(1).lower().rjust(width, "0")[-width:]
+
+
+def product_name(device_id):
+    """The product of an NVIDIA device id ("26ba" -> "L20"); unknown ids read "NVIDIA 10de:<id>"."""
+    return PCI_PRODUCTS.get(device_id, "NVIDIA %s:%s" % (NVIDIA_VENDOR, device_id))
+
+
+def bound_driver(device_dir):
+    """Name of the driver bound to a PCI function (the basename of its ``driver`` link), '' when none.
+
+    A link that no longer resolves counts as no driver: the kernel removes the link with the binding, and a
+    test tree may point it at a stand-in module that a reboot removed."""
+    link = os.path.join(device_dir, "driver")
+    if not os.path.exists(link):
+        return ""
+    return os.path.basename(os.path.realpath(link))
+
+
+def read_pci_gpus(sysfs_root="/sys"):
+    """The NVIDIA GPUs under <sysfs_root>/bus/pci/devices, by PCI address.
+
+    Each: address, vendor_id, device_id (4 lowercase hex digits), class_id ("0302"), name, driver ('' when
+    none is bound). Raises PciError when the directory cannot be listed (no sysfs there)."""
+    devices = os.path.join(sysfs_root, "bus", "pci", "devices")
+    try:
+        names = sorted(os.listdir(devices))
+    except (IOError, OSError) as exc:
+        raise PciError("cannot list %s (%s): no PCI bus to read there" % (devices, exc)) from None
+    gpus = []
+    for address in names:
+        path = os.path.join(devices, address)
+        vendor = _hex(_read(os.path.join(path, "vendor")), 4)
+        klass = _hex(_read(os.path.join(path, "class")), 6)[:4]
+        if vendor != NVIDIA_VENDOR or klass not in GPU_CLASSES:
+            continue
+        device = _hex(_read(os.path.join(path, "device")), 4)
+        gpus.append(dict(address=address, vendor_id=vendor, device_id=device, class_id=klass,
+                         name=product_name(device), driver=bound_driver(path)))
+    return gpus
+
+
+def _normal_name(name):
+    """'NVIDIA L20' (nvidia-smi), 'L20' (pci.ids), 'nvidia l20' -> 'L20'."""
+    name = " ".join(str(name).split())
+    return re.sub(r"^NVIDIA\s+", "", name, flags=re.I).upper()
+
+
+def normal_device_id(text):
+    """'10de:26ba', '0x26BA', '26ba' -> '26ba'; another vendor's id is refused."""
+    match = _DEVICE_ID_RE.match(str(text).strip())
+    if not match or (match.group(1) and match.group(1).lower() != NVIDIA_VENDOR):
+        raise PciError("device id %r: write an NVIDIA PCI device id as 10de:26ba or 26ba" % (text,))
+    return match.group(2).lower()
+
+
+def normal_expected(expected):
+    """Check and normalize the expectation {count, names, device_ids} (any of them); None when empty."""
+    if not expected:
+        return None
+    if not isinstance(expected, dict):
+        raise PciError("llmops_gpu_expected must be a mapping such as {count: 4, names: [L20]}, got %r"
+                       % (expected,))
+    unknown = sorted(set(expected) - set(("count", "names", "device_ids")))
+    if unknown:
+        raise PciError("llmops_gpu_expected has unknown keys %s: use count, names and device_ids"
+                       % ", ".join(unknown))
+    count = expected.get("count")
+    if count is not None:
+        try:
+            count = int(count)
+        except (TypeError, ValueError):
+            count = -1
+        if count < 0:
+            raise PciError("llmops_gpu_expected.count must be a number of GPUs (0 or more), got %r"
+                           % (expected.get("count"),))
+    names = expected.get("names") or []
+    ids = expected.get("device_ids") or []
+    if isinstance(names, str) or isinstance(ids, str):
+        raise PciError("llmops_gpu_expected.names and .device_ids are lists, e.g. names: [L20]")
+    return dict(count=count, names=[_normal_name(n) for n in names],
+                device_ids=[normal_device_id(i) for i in ids])
+
+
+def describe(gpu):
+    return "%s %s [%s:%s] (%s)" % (gpu["address"], gpu["name"], gpu["vendor_id"], gpu["device_id"],
+                                   "driver " + gpu["driver"] if gpu["driver"] else "no driver bound")
+
+
+def check_expected(gpus, expected):
+    """Failures (sentences) of the PCI GPUs against the normalized expectation; [] when it holds.
+
+    count: exactly that many NVIDIA GPUs; names / device_ids: every GPU is one of them."""
+    if not expected:
+        return []
+    failures = []
+    found = "; ".join(describe(g) for g in gpus) or "none"
+    wanted = " or ".join(expected["names"] + ["10de:%s" % i for i in expected["device_ids"]])
+    if expected["count"] is not None and len(gpus) != expected["count"]:
+        failures.append("the inventory expects %d NVIDIA GPU(s)%s (llmops_gpu_expected), the PCI bus shows "
+                        "%d: %s" % (expected["count"], " " + wanted if wanted else "", len(gpus), found))
+    if wanted:
+        others = [g for g in gpus if _normal_name(g["name"]) not in expected["names"]
+                  and g["device_id"] not in expected["device_ids"]]
+        if others:
+            failures.append("%d GPU(s) are not %s (llmops_gpu_expected): %s"
+                            % (len(others), wanted, "; ".join(describe(g) for g in others)))
+    return failures
+
+
+def summary(gpus):
+    """The fact llmops_pci_gpus: count, the GPUs, their products and which addresses nouveau holds."""
+    names = {}
+    for gpu in gpus:
+        names[gpu["name"]] = names.get(gpu["name"], 0) + 1
+    return dict(
+        count=len(gpus),
+        gpus=gpus,
+        names=names,
+        nouveau=[g["address"] for g in gpus if g["driver"] == "nouveau"],
+        nvidia=[g["address"] for g in gpus if g["driver"] == "nvidia"],
+        unbound=[g["address"] for g in gpus if not g["driver"]],
+    )
+
+
+def report(facts):
+    """One line for the preflight report."""
+    if not facts["count"]:
+        return "No NVIDIA GPU on the PCI bus."
+    kinds = ", ".join("%dx %s" % (n, name) for name, n in sorted(facts["names"].items()))
+    drivers = []
+    for key, label in (("nvidia", "nvidia"), ("nouveau", "nouveau"), ("unbound", "no driver")):
+        if facts[key]:
+            drivers.append("%s on %d" % (label, len(facts[key])))
+    return "PCI: %s (%s)." % (kinds, ", ".join(drivers))

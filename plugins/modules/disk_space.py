@@ -1,0 +1,126 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: disk_space
+short_description: Check free space per filesystem against what a run will write
+version_added: "1.0.0"
+description:
+  - Groups O(writes) by the filesystem each target path is (or will be, once created) on, and compares what
+    they add up to with the free space there (C(statvfs), as C(df) shows it).
+  - Fails when a filesystem cannot take its writes, naming the free space, each write with its size and
+    path, and the variable that moves it - with the candidate filesystem of O(candidates) that has the most
+    room ("/ has 12.3 GiB free, the run writes ~31.0 GiB there - ...; set llama_cpp_build_root to a path on
+    /home (2.4 TiB free)").
+  - The arithmetic is in C(plugins/module_utils/disk_plan.py). Read-only.
+options:
+  writes:
+    description:
+      - What the run will write - C(path) (absolute; need not exist yet), C(bytes) (or C(size) such as
+        V(10G), V(3.5GiB)), C(what) (a few words), C(variable) (the inventory variable that moves it).
+    type: list
+    elements: dict
+    default: []
+  candidates:
+    description:
+      - Paths whose filesystems the failure message may suggest (the largest one that fits wins).
+    type: list
+    elements: path
+    default: [/home, /srv, /data, /opt, /var]
+  reserve:
+    description:
+      - Space that must stay free on every filesystem written to (bytes, or V(2GiB)).
+    type: str
+    default: 2GiB
+  fail_on_shortage:
+    description:
+      - Fail when a filesystem is short; V(false) only reports it.
+    type: bool
+    default: true
+author:
+  - llmops.serving developers (@llmops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - llmops.serving.attributes.read_only
+"""
+
+EXAMPLES = r"""
+- name: Refuse to start a 19 GB download onto a 50 GB root filesystem
+  llmops.serving.disk_space:
+    writes:
+      - {path: /home/models/qwen, bytes: 20401094656, what: model qwen3.6-27b, variable: model_dir}
+      - path: /var/lib/docker
+        size: 24GiB
+        what: images
+        variable: nvidia_container_toolkit_docker_data_root
+"""
+
+RETURN = r"""
+filesystems:
+  description: Per filesystem written to - mount, free and total bytes, the bytes needed, the writes.
+  returned: always
+  type: list
+  elements: dict
+short:
+  description: Mount points that cannot take their writes.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/"]
+report:
+  description: One line per filesystem.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/home: 2.4 TiB free, the run writes ~19.0 GiB (model)"]
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.disk_plan import (  # noqa: E402
+    DiskError,
+    filesystem,
+    normal_writes,
+    parse_size,
+    plan,
+    report,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            writes=dict(type="list", elements="dict", default=[]),
+            candidates=dict(type="list", elements="path", default=["/home", "/srv", "/data", "/opt", "/var"]),
+            reserve=dict(type="str", default="2GiB"),
+            fail_on_shortage=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        writes = normal_writes(p["writes"])
+        reserve = parse_size(p["reserve"])
+    except DiskError as exc:
+        module.fail_json(msg=str(exc))
+    paths = set(w["path"] for w in writes) | set(p["candidates"])
+    filesystems = dict((path, filesystem(path)) for path in paths)
+    result = plan(writes, filesystems, reserve=reserve, candidates=p["candidates"])
+    out = dict(changed=False, filesystems=result["filesystems"], short=[g["mount"] for g in result["short"]],
+               report=report(result))
+    if result["short"] and p["fail_on_shortage"]:
+        module.fail_json(msg="Not enough disk space for this run: %s." % "; ".join(result["messages"]), **out)
+    for message in result["messages"]:
+        module.warn(message)
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()
