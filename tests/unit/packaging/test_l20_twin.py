@@ -1,0 +1,91 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The L20 twin (molecule/l20) runs the shipped inventories/l20 as it is, plus one override file.
+
+The override may only say how to reach the host, where the mirrors point, and what a GPU-less machine cannot
+avoid. Any other key would make the twin test something other than what the user runs: it fails here.
+"""
+import os
+import re
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+TWIN = os.path.join(ROOT, "molecule", "l20")
+SHIPPED = os.path.join(ROOT, "inventories", "l20")
+
+# Every key the override may set, by the reason it may.
+ALLOWED = {
+    "how to reach the host": {"ansible_connection", "ansible_host", "ansible_user", "ansible_port",
+                              "ansible_become", "ansible_become_user", "ansible_docker_extra_args"},
+    "where the mirrors point": {"llmops_mirrors", "nvidia_driver_apt_repo_trusted",
+                                "nvidia_container_toolkit_apt_repo_trusted"},
+    "llama.cpp without CUDA, in the local test image": {"llama_cpp_cuda", "llama_cpp_builder_image",
+                                                        "llama_cpp_runtime_image", "llama_cpp_builder_image_digest",
+                                                        "llama_cpp_runtime_image_digest"},
+    "the fake vLLM image": {"vllm_image_digest"},
+    "the stand-in driver stack and GPUs": {"nvidia_driver_sysfs_module_dir", "nvidia_driver_reboot_boot_time_command",
+                                           "llmops_pci_sysfs_root"},
+}
+ALLOWED_KEYS = set().union(*ALLOWED.values())
+
+
+def load(path):
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def override():
+    return load(os.path.join(TWIN, "inventory.yml"))
+
+
+def test_the_override_sets_host_variables_of_the_one_shipped_host_only():
+    data = override()
+    assert set(data) == {"all"}
+    assert set(data["all"]) == {"children"}
+    assert set(data["all"]["children"]) == {"l20"}
+    group = data["all"]["children"]["l20"]
+    assert set(group) == {"hosts"}, "no group variables: they would rank below the shipped group_vars"
+    shipped_hosts = load(os.path.join(SHIPPED, "hosts.yml"))["all"]["children"]["llm_nodes"]["children"]["l20"]
+    assert set(group["hosts"]) == set(shipped_hosts["hosts"]) == {"l20-node-01"}
+
+
+def test_every_override_key_is_on_the_allow_list():
+    keys = set(override()["all"]["children"]["l20"]["hosts"]["l20-node-01"])
+    assert keys - ALLOWED_KEYS == set(), "not allowed in the twin's override: %s" % sorted(keys - ALLOWED_KEYS)
+
+
+def test_the_mirrors_map_has_the_shipped_keys_only():
+    mirrors = override()["all"]["children"]["l20"]["hosts"]["l20-node-01"]["llmops_mirrors"]
+    shipped = load(os.path.join(SHIPPED, "group_vars", "l20", "mirrors.yml"))["llmops_mirrors"]
+    assert set(mirrors) == set(shipped)
+
+
+def test_the_twin_runs_the_users_command_on_the_shipped_inventory():
+    argv = load(os.path.join(TWIN, "vars", "main.yml"))["l20_playbook_argv"]
+    assert argv[1:6] == ["site.yml", "-i", "inventories/l20", "-i", "molecule/l20/inventory.yml"]
+    # Beyond the override: only the test vault (extra variables that hold vault_serving_api_keys alone).
+    assert argv[6] == "-e" and argv[7].endswith("/vault.yml") and argv[8] == "--vault-password-file"
+    assert len(argv) == 10
+    with open(os.path.join(TWIN, "prepare.yml"), encoding="utf-8") as handle:
+        prepare = handle.read()
+    written = re.findall(r"printf '([a-z_]+):", prepare)
+    assert written == ["vault_serving_api_keys"]
+
+
+def test_no_inventory_file_of_the_twin_beside_the_override():
+    inventories = [name for name in os.listdir(TWIN) if name.endswith((".yml", ".yaml", ".ini"))
+                   and name not in ("molecule.yml", "prepare.yml", "converge.yml", "side_effect.yml",
+                                    "verify.yml", "verify_node.yml", "cleanup.yml", "inventory.yml")]
+    assert inventories == []
+    assert not os.path.exists(os.path.join(TWIN, "group_vars"))
+    assert not os.path.exists(os.path.join(TWIN, "host_vars"))
+
+
+def test_the_ccache_mount_is_where_the_inventory_keeps_its_ccache():
+    molecule = load(os.path.join(TWIN, "molecule.yml"))
+    mounts = [v.split(":")[1] for v in molecule["platforms"][0]["volumes"] if "/ccache:" in v]
+    shipped = load(os.path.join(SHIPPED, "group_vars", "l20", "main.yml"))
+    defaults = load(os.path.join(ROOT, "roles", "llama_cpp", "defaults", "main.yml"))
+    assert mounts == [shipped.get("llama_cpp_ccache_dir", defaults["llama_cpp_ccache_dir"])]
