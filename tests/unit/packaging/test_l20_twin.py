@@ -26,7 +26,7 @@ ALLOWED = {
                                                         "llama_cpp_runtime_image_digest"},
     "the fake vLLM image": {"vllm_image_digest"},
     "the stand-in driver stack and GPUs": {"nvidia_driver_sysfs_module_dir", "nvidia_driver_reboot_boot_time_command",
-                                           "llmops_pci_sysfs_root"},
+                                           "llmops_sysfs_root"},
 }
 ALLOWED_KEYS = set().union(*ALLOWED.values())
 
