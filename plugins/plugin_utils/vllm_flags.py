@@ -329,6 +329,123 @@ PINNED_VLLM_OPTIONS = frozenset("""
 -pcp -pp -q -r -sc -tp
 """.split())
 
+# The config classes behind the table's JSON settings, as tests/fixtures/vllm/vllm_cli.py extracts them from
+# the pinned wheel with `ast` (test_vllm_flags.py checks this literal against the wheel; regenerate with
+# `python -m tests.fixtures.vllm.vllm_cli --configs`). vLLM builds each class from the option's JSON
+# (CompilationConfig(**value), SpeculativeConfig(**value), ...); a class is (extra, its plain fields, its
+# fields that hold another config class). extra "forbid" (vllm/config/utils.py: the `config` decorator's
+# ConfigDict(extra="forbid")) means an unknown key stops vLLM at start, so the plan refuses it first.
+PINNED_VLLM_CONFIGS = {
+    "options": {
+        "--attention-config": "AttentionConfig",
+        "--compilation-config": "CompilationConfig",
+        "--kv-transfer-config": "KVTransferConfig",
+        "--reasoning-config": "ReasoningConfig",
+        "--speculative-config": "SpeculativeConfig",
+        "--structured-outputs-config": "StructuredOutputsConfig",
+    },
+    "classes": {
+        "AttentionConfig": ("forbid", """
+backend backend_per_kind disable_flashinfer_q_quantization
+flash_attn_max_num_splits_for_cuda_graph flash_attn_version flex_attn_block_m flex_attn_block_n
+flex_attn_kv_block_size flex_attn_q_block_size indexer_kv_dtype indexer_sparse_logits
+indexer_tp_shard_min_rows minimax_m3_indexer_cp minimax_m3_msa_decode_backend
+mla_prefill_backend sparse_mla_force_mqa sparse_mla_prefill_workspace_factor
+tokenspeed_mla_min_split_kv tq_max_kv_splits_for_cuda_graph trtllm_ragged_backend use_non_causal
+use_prefill_query_quantization use_trtllm_attention
+""", {"hisparse_config": "HiSparseConfig"}),
+        "CompilationConfig": ("forbid", """
+backend cache_dir compile_cache_save_format compile_mm_encoder compile_ranges_endpoints
+compile_sizes cudagraph_capture_sizes cudagraph_copy_inputs cudagraph_decoder_replay
+cudagraph_mm_encoder cudagraph_mode cudagraph_num_of_warmups cudagraph_specialize_lora
+custom_ops debug_dump_path decoder_replay_cudagraph_capture_sizes decoder_replay_trim_threshold
+encoder_cudagraph_max_frames_per_batch encoder_cudagraph_max_vision_items_per_batch
+encoder_cudagraph_token_budgets fast_moe_cold_start inductor_compile_config inductor_passes
+ir_enable_torch_wrap max_cudagraph_capture_size mode splitting_ops use_inductor_graph_partition
+""", {"dynamic_shapes_config": "DynamicShapesConfig", "pass_config": "PassConfig"}),
+        "DynamicShapesConfig": ("forbid", """
+assume_32_bit_indexing evaluate_guards type
+""", {}),
+        "HiSparseConfig": ("forbid", """
+device_buffer_size eager_host_mirror
+""", {}),
+        "KVTransferConfig": ("forbid", """
+enable_permute_local_kv engine_id kv_buffer_device kv_connector kv_connector_extra_config
+kv_connector_module_path kv_load_failure_policy kv_port kv_role
+""", {}),
+        "LoadConfig": ("forbid", """
+device download_dir ignore_patterns load_format model_loader_extra_config pt_load_map_location
+safetensors_load_strategy safetensors_prefetch_block_size safetensors_prefetch_num_threads
+use_tqdm_on_load
+""", {}),
+        "PassConfig": ("forbid", """
+eliminate_noops enable_qk_norm_rope_fusion fi_allreduce_fusion_max_size_mb fuse_act_padding
+fuse_act_quant fuse_allreduce_rms fuse_attn_quant fuse_mla_dual_rms_norm fuse_norm_quant
+fuse_qk_norm_rope_kvcache fuse_rope_kvcache fuse_rope_kvcache_cat_mla
+rope_kvcache_fusion_max_token_num
+""", {}),
+        "ReasoningConfig": ("forbid", """
+reasoning_end_str reasoning_parser reasoning_start_str
+""", {}),
+        "SpeculativeConfig": ("forbid", """
+attention_backend code_revision disable_eagle_block_drop disable_lookahead_block_hashes
+disable_padded_drafter_batch draft_lm_head_quantization draft_model_config draft_parallel_config
+draft_sample_method draft_tensor_parallel_size dspark_draft_topk enable_adaptive_verification
+enforce_eager fly_entropy_threshold fly_entropy_top_k fly_window_size
+index_share_for_mtp_iteration kv_cache_dtype max_model_len method model moe_backend
+num_speculative_tokens num_speculative_tokens_per_batch_size parallel_drafting prompt_lookup_max
+prompt_lookup_min quantization rejection_sample_method revision
+suffix_decoding_max_cached_requests suffix_decoding_max_spec_factor
+suffix_decoding_max_tree_depth suffix_decoding_min_token_prob synthetic_acceptance_length
+synthetic_acceptance_rates target_model_config target_parallel_config tensor_parallel_size
+use_heterogeneous_vocab use_local_argmax_reduction xpress_topc
+""", {"draft_load_config": "LoadConfig"}),
+        "StructuredOutputsConfig": ("forbid", """
+backend disable_additional_properties disable_any_whitespace enable_in_reasoning
+reasoning_parser reasoning_parser_plugin
+""", {}),
+    },
+}
+# Keys of older vLLM (or of a fork) that the pinned classes do not have, and what replaces them.
+CONFIG_KEY_HINTS = {
+    ("ReasoningConfig", "default_thinking_token_budget"): (
+        "vLLM %s has no server-wide thinking budget: clients send thinking_token_budget in each request "
+        "(chat/completions), which vLLM accepts once reasoning is configured (reasoning_parser, or "
+        "reasoning_start_str and reasoning_end_str here; vllm/v1/engine/input_processor.py)"
+        % PINNED_VLLM["version"]),
+}
+
+
+def _config_fields(name):
+    extra, plain, nested = PINNED_VLLM_CONFIGS["classes"][name]
+    fields = dict((field, None) for field in plain.split())
+    fields.update(nested)
+    return extra, fields
+
+
+def check_config_keys(key, value, class_name, path=None):
+    """Refuse keys of a JSON setting that the pinned vLLM's config class `class_name` does not have (when it
+    forbids unknown keys), recursively into the fields that hold another config class."""
+    extra, fields = _config_fields(class_name)
+    path = path or key
+    for item in sorted(value, key=str):
+        name = str(item)
+        if class_name == "SpeculativeConfig" and path == key:
+            name = name.replace("-", "_")       # vLLM's create_speculative_config does the same
+        if name in fields:
+            nested = fields[name]
+            if nested and isinstance(value[item], dict):
+                check_config_keys(key, value[item], nested, "%s.%s" % (path, name))
+            continue
+        if extra != "forbid":
+            continue
+        hint = CONFIG_KEY_HINTS.get((class_name, name))
+        raise VllmArgsError(
+            "setting %s: %s is not a field of vLLM %s's %s, which refuses unknown keys at start (it would "
+            "not come up)%s. Its fields: %s"
+            % (key, "%s.%s" % (path, name), PINNED_VLLM["version"], class_name,
+               "; %s" % hint if hint else "", ", ".join(sorted(fields))))
+
 
 def _json_text(key, value):
     if isinstance(value, str):
@@ -337,6 +454,9 @@ def _json_text(key, value):
             "breaks on the first quote)" % key)
     if not isinstance(value, (dict, list)):
         raise VllmArgsError("setting %s must be a YAML mapping, got %s" % (key, type(value).__name__))
+    class_name = PINNED_VLLM_CONFIGS["options"].get(FLAGS[key]["flag"]) if key in FLAGS else None
+    if class_name and isinstance(value, dict):
+        check_config_keys(key, value, class_name)
     try:
         return compact_json(value)
     except (TypeError, ValueError) as exc:

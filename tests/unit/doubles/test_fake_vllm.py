@@ -18,7 +18,7 @@ from ansible_collections.llmops.serving.plugins.plugin_utils.vllm_flags import b
 
 from tests.fixtures.fake_vllm import SCRIPT, fake_env
 from tests.fixtures.vllm import vllm_cli
-from tests.unit.plugins.plugin_utils.test_vllm_flags import SEED_MODEL, SEED_SETTINGS
+from tests.unit.plugins.plugin_utils.test_vllm_flags import SEED_MODEL, SEED_REASONING_CONFIG, SEED_SETTINGS
 
 KEY = "sk-fake-vllm-test"
 
@@ -182,6 +182,31 @@ def test_the_pinned_option_set_accepts_the_flag_tables_output(tmp_path):
     assert result.returncode == 7, result.stderr
     record = json.loads((tmp_path / "record.json").read_text())
     assert record["options"]["--speculative-config"] == ['{"method":"mtp","num_speculative_tokens":3}']
+
+
+def test_unknown_keys_of_json_options_stop_the_start_like_vllms_config_classes(tmp_path):
+    """With the pinned wheel's config classes in FAKE_VLLM_OPTIONS, the seed's literal --reasoning-config
+    (default_thinking_token_budget) ends the start with exit 1, as vLLM 0.33.0's pydantic classes do."""
+    try:
+        options = vllm_cli.options_file()
+    except vllm_cli.WheelUnavailable as exc:
+        pytest.skip("the pinned vLLM wheel cannot be obtained here (%s); CI fetches it" % exc)
+    env = fake_env(tmp_path / "record.json", options=options)
+    env["FAKE_VLLM_FAIL_START"] = "7"
+    seed = ["--reasoning-config", json.dumps(SEED_REASONING_CONFIG),
+            "--speculative-config", '{"method":"mtp","num-speculative-tokens":3}']
+    result = subprocess.run(["vllm", "serve", "/m"] + seed, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True, timeout=10, check=False)
+    assert result.returncode == 1
+    assert ("ReasoningConfig: reasoning-config.default_thinking_token_budget: Unexpected keyword argument"
+            in result.stderr)
+    assert "num_speculative_tokens" not in result.stderr       # '-' == '_' in speculative_config's keys
+    fixed = dict(SEED_REASONING_CONFIG)
+    fixed.pop("default_thinking_token_budget")
+    result = subprocess.run(["vllm", "serve", "/m", "--reasoning-config", json.dumps(fixed)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                            timeout=10, check=False)
+    assert result.returncode == 7, result.stderr
 
 
 def test_runs_on_python36_syntax():
