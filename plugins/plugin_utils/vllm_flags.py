@@ -41,7 +41,34 @@ __metaclass__ = type
 PINNED_VLLM = {
     "version": "0.33.0",
     "wheel": "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+    # The CUDA it is built for: the wheel requires torch==2.14.0 (METADATA Requires-Dist), torch 2.14.0 on
+    # PyPI requires cuda-toolkit[...]==13.0.3 and nvidia-nccl-cu13 (its METADATA), vllm/_C_stable_libtorch.
+    # abi3.so links libcudart.so.13, and vllm/envs.py sets VLLM_MAIN_CUDA_VERSION to "13.0". The official
+    # image vllm/vllm-openai:v0.33.0 is that default (CUDA 13.0) build.
+    "cuda": "13.0",
 }
+# CUDA 12.x builds of vLLM, from vLLM's own release sources (docs/cuda.md has the evidence): since vLLM
+# PR #39878 (2026-04-15) the unsuffixed wheel and image are CUDA 13.0 and CUDA 12.9 is the `cu129` variant
+# (wheel +cu129 on https://wheels.vllm.ai/<version>/cu129, image vllm/vllm-openai:v<version>-cu129 per
+# .buildkite/scripts/publish-release-images.sh). A cu129 build needs a torch built for CUDA 12.9: torch 2.13
+# has one, torch 2.14 (which 0.33.0 pins) ships CUDA 12.6, 13.0 and 13.2 only (pytorch/pytorch#194367), and
+# vLLM publishes no cu126 build. So 0.33.0 has no CUDA 12.x build; 0.32.0 (torch==2.13.0 in its METADATA)
+# is the newest release whose torch has a CUDA 12.9 build.
+CUDA12_BUILD_OF_PINNED = None
+NEWEST_RELEASE_ON_CUDA12_TORCH = "0.32.0"
+CUDA_WAYS_OUT = (
+    "a CUDA 12.x build of the same vLLM release (role vllm: vllm_cuda_variant, e.g. cu129), where vLLM "
+    "publishes one; vLLM %s has none (it pins torch 2.14.0, which is built for CUDA 12.6, 13.0 and 13.2, and "
+    "vLLM releases only cu129 and cu130 builds)" % PINNED_VLLM["version"],
+    "an older vLLM release built for CUDA 12.x: %s is the newest whose torch (2.13.0) has a CUDA 12.9 build "
+    "(vllm_version: %s with vllm_cuda_variant: cu129; check that the image or wheel exists, and note that "
+    "this flag table is written for %s)" % (NEWEST_RELEASE_ON_CUDA12_TORCH, NEWEST_RELEASE_ON_CUDA12_TORCH,
+                                          PINNED_VLLM["version"]),
+)
+# vLLM 0.33.0 (vllm/env_override.py) puts a CUDA forward-compatibility libcuda first on LD_LIBRARY_PATH before
+# torch loads when VLLM_ENABLE_CUDA_COMPATIBILITY=1: VLLM_CUDA_COMPATIBILITY_PATH, else
+# /usr/local/cuda-<torch's CUDA>/compat when it exists.
+FORWARD_COMPAT_ENV = {"VLLM_ENABLE_CUDA_COMPATIBILITY": "1"}
 # What the engine-neutral planner (instance_plan.py) needs to know of this engine (see its docstring).
 PROGRAM = "vllm"
 ROLE = "serving"
