@@ -388,3 +388,21 @@ def test_ray_backend_without_ray_installed_fails_the_start(tmp_path):
                             timeout=10, check=False)
     assert result.returncode == 1, result.stderr
     assert "Ray placement failed" in result.stderr and "ray" in result.stderr.lower()
+
+
+def test_the_fake_image_carries_its_cuda_like_the_official_one():
+    """The fake image sets CUDA_VERSION / NVIDIA_REQUIRE_CUDA as nvidia/cuda bases do (build arg CUDA_VERSION,
+    default the official v0.33.0's 13.0): what role vllm reads with docker image inspect."""
+    from ansible_collections.llmops.serving.plugins.module_utils.cuda_compat import cuda_from_image_env
+    with open(os.path.join(os.path.dirname(SCRIPT), "Dockerfile")) as handle:
+        lines = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
+    args = dict(line[len("ARG "):].split("=", 1) for line in lines if line.startswith("ARG ") and "=" in line)
+    env = []
+    for line in lines:
+        if line.startswith("ENV "):
+            name, value = line[len("ENV "):].split("=", 1)
+            env.append("%s=%s" % (name, value.strip('"').replace("${CUDA_VERSION}", args["CUDA_VERSION"])))
+    assert args["CUDA_VERSION"] == "13.0.2"
+    assert env == ["CUDA_VERSION=13.0.2", "NVIDIA_REQUIRE_CUDA=cuda>=13.0.2"]
+    assert cuda_from_image_env(env) == "13.0"
+    assert cuda_from_image_env(["NVIDIA_REQUIRE_CUDA=cuda>=12.9.1"]) == "12.9"
