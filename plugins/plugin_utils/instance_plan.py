@@ -17,8 +17,10 @@ per engine is its flag table, a module of :data:`ENGINES` that provides
 * ``PROGRAM`` (llama-server, vllm), ``ROLE`` (the role whose variables the messages name: serving),
   ``BUILD_ROLE`` and ``BUILD_FACT`` (the role and fact that build the engine: llama_cpp/llmops_llama_cpp,
   vllm/llmops_vllm), ``UNIT_PREFIX``, ``TIMEOUT_START_SEC``, ``SUBCOMMAND`` (``serve``), ``CONTAINER_ARGS``,
-  ``API_KEY_ENV`` (None: the key goes to a file) and ``OPEN_PATHS``/``KEY_GUARDED_PATHS`` (what the key
-  leaves open, None when it guards everything).
+  ``API_KEY_ENV`` (None: the key goes to a file), ``OPEN_PATHS``/``KEY_GUARDED_PATHS`` (what the key
+  leaves open, None when it guards everything), ``CUDA_WAYS_OUT`` (the engine's own ways round a driver
+  too old for its CUDA) and ``FORWARD_COMPAT_ENV`` (what makes it load a forward-compatibility libcuda,
+  None when the instance's env must do it).
 
 Controller-only (plugin_utils), plain Python, unit-tested without Ansible by
 tests/unit/plugins/plugin_utils/test_instance_plan.py; the role reaches it through the filter
