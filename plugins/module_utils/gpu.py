@@ -17,16 +17,14 @@ import re
 import signal
 import subprocess
 
-# CUDA's compatibility rules and the version helpers live in cuda_compat; re-exported here for the callers
-# that know them as gpu.*.
-from ansible_collections.llmops.serving.plugins.module_utils.cuda_compat import (  # noqa: F401
-    CUDA_MIN_DRIVER,
+# CUDA's compatibility rules and the version helpers live in cuda_compat (callers that know the helpers as
+# gpu.version_tuple, gpu.compare_versions, ... still find them here).
+from ansible_collections.llmops.serving.plugins.module_utils.cuda_compat import (
     FAMILY_MIN_DRIVER,
     compare_versions,
     cuda_release,
     driver_branch,
     max_cuda_for_driver,
-    min_driver_for_cuda,
     minimum_driver,
     version_tuple,
 )

@@ -62,8 +62,8 @@ CUDA_WAYS_OUT = (
     "vLLM releases only cu129 and cu130 builds)" % PINNED_VLLM["version"],
     "an older vLLM release built for CUDA 12.x: %s is the newest whose torch (2.13.0) has a CUDA 12.9 build "
     "(vllm_version: %s with vllm_cuda_variant: cu129; check that the image or wheel exists, and note that "
-    "this flag table is written for %s)" % (NEWEST_RELEASE_ON_CUDA12_TORCH, NEWEST_RELEASE_ON_CUDA12_TORCH,
-                                          PINNED_VLLM["version"]),
+    "this flag table is written for %s)"
+    % (NEWEST_RELEASE_ON_CUDA12_TORCH, NEWEST_RELEASE_ON_CUDA12_TORCH, PINNED_VLLM["version"]),
 )
 # vLLM 0.33.0 (vllm/env_override.py) puts a CUDA forward-compatibility libcuda first on LD_LIBRARY_PATH before
 # torch loads when VLLM_ENABLE_CUDA_COMPATIBILITY=1: VLLM_CUDA_COMPATIBILITY_PATH, else

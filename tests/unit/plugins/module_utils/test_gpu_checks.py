@@ -4,7 +4,7 @@
 """gpu_facts checks (evaluate), version helpers and the compute-capability / CUDA tables."""
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gpu
+from ansible_collections.llmops.serving.plugins.module_utils import cuda_compat, gpu
 
 from tests.helpers import GPU_FACT_KEYS
 
@@ -48,7 +48,7 @@ def test_version_compare_is_numeric():
 
 
 def test_cuda_table_is_the_documented_minimum_linux_driver_of_each_release():
-    assert dict(gpu.CUDA_MIN_DRIVER) == {
+    assert dict(cuda_compat.CUDA_MIN_DRIVER) == {
         "11.8": "520.61.05",
         "12.0": "525.60.13",
         "12.1": "530.30.02",
@@ -62,7 +62,7 @@ def test_cuda_table_is_the_documented_minimum_linux_driver_of_each_release():
         "13.0": "580.65.06",
     }
     # Ordered, and each release needs a newer driver than the one before.
-    drivers = [d for _c, d in gpu.CUDA_MIN_DRIVER]
+    drivers = [d for _c, d in cuda_compat.CUDA_MIN_DRIVER]
     assert all(gpu.compare_versions(a, b) < 0 for a, b in zip(drivers, drivers[1:]))  # noqa: B905
 
 
