@@ -17,6 +17,18 @@ import re
 import signal
 import subprocess
 
+# CUDA's compatibility rules and the version helpers live in cuda_compat (callers that know the helpers as
+# gpu.version_tuple, gpu.compare_versions, ... still find them here).
+from ansible_collections.llmops.serving.plugins.module_utils.cuda_compat import (
+    FAMILY_MIN_DRIVER,
+    compare_versions,
+    cuda_release,
+    driver_branch,
+    max_cuda_for_driver,
+    minimum_driver,
+    version_tuple,
+)
+
 # The query the product runs, in this order. Other roles depend on the facts built from it.
 QUERY_FIELDS = (
     "index",
@@ -39,22 +51,6 @@ QUERY_FIELDS = (
 OPTIONAL_FIELDS = ("compute_cap", "mig.mode.current", "power.limit", "temperature.gpu", "persistence_mode")
 REQUIRED_FIELDS = ("index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used", "memory.free",
                    "driver_version")
-
-# Minimum Linux x86_64 driver per CUDA release (the "GA" row of Table 3, "CUDA Toolkit and
-# Corresponding Driver Versions", in the NVIDIA CUDA Toolkit release notes).
-CUDA_MIN_DRIVER = (
-    ("11.8", "520.61.05"),
-    ("12.0", "525.60.13"),
-    ("12.1", "530.30.02"),
-    ("12.2", "535.54.03"),
-    ("12.3", "545.23.06"),
-    ("12.4", "550.54.14"),
-    ("12.5", "555.42.02"),
-    ("12.6", "560.28.03"),
-    ("12.8", "570.26"),
-    ("12.9", "575.51.03"),
-    ("13.0", "580.65.06"),
-)
 
 # PCI device ids (upper 16 bits of nvidia-smi's pci.device_id, e.g. 0x26BA10DE) -> (product, cc).
 COMPUTE_CAP_BY_DEVICE_ID = {
@@ -173,28 +169,6 @@ class GpuError(Exception):
 
 # --------------------------------------------------------------------------- small parsers
 
-def version_tuple(text):
-    """'550.54.14' -> (550, 54, 14); '12.4' -> (12, 4). Raises ValueError on anything else."""
-    text = str(text).strip()
-    if not re.match(r"^[0-9]+(\.[0-9]+)*$", text):
-        raise ValueError("not a version: %r" % (text,))
-    return tuple(int(p) for p in text.split("."))
-
-
-def compare_versions(a, b):
-    """-1, 0 or 1, comparing dotted versions numerically (missing parts count as 0)."""
-    ta, tb = list(version_tuple(a)), list(version_tuple(b))
-    n = max(len(ta), len(tb))
-    ta += [0] * (n - len(ta))
-    tb += [0] * (n - len(tb))
-    return (ta > tb) - (ta < tb)
-
-
-def driver_branch(version):
-    """'550.54.14' -> 'R550'."""
-    return "R%d" % version_tuple(version)[0]
-
-
 def cap_to_arch(cap):
     """'8.9' -> '89', '12.0' -> '120'."""
     major, minor = version_tuple(cap)[:2]
@@ -231,24 +205,6 @@ def parse_enabled(value):
 
 def parse_text(value):
     return None if _na(value) else value.strip()
-
-
-def min_driver_for_cuda(cuda):
-    """Minimum Linux driver for a CUDA release ('12.4' -> '550.54.14'), or None if not in the table."""
-    key = version_tuple(cuda)[:2]
-    for release, driver in CUDA_MIN_DRIVER:
-        if version_tuple(release) == key:
-            return driver
-    return None
-
-
-def max_cuda_for_driver(driver):
-    """The newest CUDA release in the table that this driver supports ('535.161.08' -> '12.2')."""
-    best = None
-    for release, minimum in CUDA_MIN_DRIVER:
-        if compare_versions(driver, minimum) >= 0:
-            best = release
-    return best
 
 
 def compute_cap_fallback(name, pci_device_id=None):
@@ -993,22 +949,26 @@ def _check_memory(gpu, field, what, minimum, advice):
 
 
 def _check_cuda(gpu, driver, reported_cuda, require_cuda):
-    minimum = min_driver_for_cuda(require_cuda)
+    """CUDA's compatibility rules (cuda_compat): a program built with CUDA X.Y runs on every driver at or
+    above its major family's minimum (12.x: 525.60.13, 13.x: 580.65.06), not only on X.Y's own driver."""
+    minimum = minimum_driver(require_cuda)
     if minimum is not None:
         if driver and compare_versions(driver, minimum) >= 0:
             return None
         supports = max_cuda_for_driver(driver) if driver else None
         return ("%s: driver %s found (supports CUDA %s), CUDA %s wanted. Install driver >= %s (%s or newer) "
-                "and reboot; CUDA %s needs at least that driver on Linux."
+                "and reboot; programs built with CUDA %d.x run on any driver from %s on (CUDA minor-version "
+                "compatibility)."
                 % (_describe(gpu), driver or "unknown", supports or reported_cuda or "unknown", require_cuda,
-                   minimum, driver_branch(minimum), require_cuda))
-    if reported_cuda and compare_versions(reported_cuda, require_cuda) >= 0:
+                   minimum, driver_branch(minimum), version_tuple(cuda_release(require_cuda))[0], minimum))
+    if reported_cuda and version_tuple(cuda_release(reported_cuda))[0] >= version_tuple(cuda_release(
+            require_cuda))[0]:
         return None
-    known = ", ".join(r for r, _d in CUDA_MIN_DRIVER)
+    known = ", ".join("%d.x" % major for major in sorted(FAMILY_MIN_DRIVER))
     if reported_cuda:
         return ("%s: driver %s supports CUDA %s, CUDA %s wanted. Install a newer NVIDIA driver "
-                "(CUDA %s is not in the built-in table: %s)."
+                "(CUDA %s is not a major release the built-in rules know: %s)."
                 % (_describe(gpu), driver or "unknown", reported_cuda, require_cuda, require_cuda, known))
     return ("%s: cannot tell whether driver %s supports CUDA %s: nvidia-smi did not report a CUDA version "
-            "and %s is not in the built-in table (%s)." % (_describe(gpu), driver or "unknown", require_cuda,
-                                                           require_cuda, known))
+            "and %s is not a major release the built-in rules know (%s)."
+            % (_describe(gpu), driver or "unknown", require_cuda, require_cuda, known))

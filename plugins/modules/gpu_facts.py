@@ -76,9 +76,13 @@ options:
     type: str
   require_cuda:
     description:
-      - CUDA release the driver must support, for example V(12.4). Checked against the minimum Linux driver of
-        that CUDA release (11.8 to 13.0 are known); for other releases the CUDA version reported by
-        nvidia-smi is used.
+      - CUDA release of the programs the driver must run, for example V(12.4).
+      - Checked with CUDA's compatibility rules (minor-version compatibility), not against the driver that
+        CUDA release ships with - a program built with any CUDA 11.x runs on a driver >= 450.80.02, 12.x on
+        >= 525.60.13, 13.x on >= 580.65.06. So V(12.9) is met by driver 550.54.14 (which is CUDA 12.4).
+      - For a major release outside these, the CUDA version nvidia-smi reports is compared by major release.
+      - Forward compatibility (a newer major release on an older driver through a cuda-compat package) is not
+        assumed here; the serving layer decides it per engine runtime.
     type: str
   min_memory_mib:
     description:
@@ -98,15 +102,16 @@ options:
     default: []
 notes:
   - Runs on the managed node with Python 3.6 or newer; needs no Python package beyond the standard library.
-  - The CUDA/driver table comes from the NVIDIA CUDA Toolkit release notes (minimum Linux x86_64 driver of
-    each GA release).
+  - The CUDA rules come from NVIDIA's CUDA Compatibility guide (minor-version compatibility, Table 1) and the
+    CUDA Toolkit release notes (the driver of each GA release, which gives the CUDA version reported for a
+    driver); they live in plugins/module_utils/cuda_compat.py.
 """
 
 EXAMPLES = r"""
 - name: Read the GPUs (a host without a driver gets present=false)
   llmops.serving.gpu_facts:
 
-- name: Require Ada GPUs with at least 46000 MiB and a driver that runs CUDA 12.4
+- name: Require Ada GPUs with at least 46000 MiB and a driver that runs CUDA 12.4 programs (any >= 525.60.13)
   llmops.serving.gpu_facts:
     required: true
     require_arch: ["8.9"]

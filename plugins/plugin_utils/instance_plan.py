@@ -17,8 +17,10 @@ per engine is its flag table, a module of :data:`ENGINES` that provides
 * ``PROGRAM`` (llama-server, vllm), ``ROLE`` (the role whose variables the messages name: serving),
   ``BUILD_ROLE`` and ``BUILD_FACT`` (the role and fact that build the engine: llama_cpp/llmops_llama_cpp,
   vllm/llmops_vllm), ``UNIT_PREFIX``, ``TIMEOUT_START_SEC``, ``SUBCOMMAND`` (``serve``), ``CONTAINER_ARGS``,
-  ``API_KEY_ENV`` (None: the key goes to a file) and ``OPEN_PATHS``/``KEY_GUARDED_PATHS`` (what the key
-  leaves open, None when it guards everything).
+  ``API_KEY_ENV`` (None: the key goes to a file), ``OPEN_PATHS``/``KEY_GUARDED_PATHS`` (what the key
+  leaves open, None when it guards everything), ``CUDA_WAYS_OUT`` (the engine's own ways round a driver
+  too old for its CUDA) and ``FORWARD_COMPAT_ENV`` (what makes it load a forward-compatibility libcuda,
+  None when the instance's env must do it).
 
 Controller-only (plugin_utils), plain Python, unit-tested without Ansible by
 tests/unit/plugins/plugin_utils/test_instance_plan.py; the role reaches it through the filter
@@ -29,6 +31,7 @@ from __future__ import absolute_import, division, print_function
 import re
 import shlex
 
+from ansible_collections.llmops.serving.plugins.module_utils import cuda_compat
 from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags, vllm_flags
 from ansible_collections.llmops.serving.plugins.plugin_utils.container import (
     CONTAINER_KEY_FILE,
@@ -49,7 +52,7 @@ ENGINES = {"llama.cpp": llama_server_flags, "vllm": vllm_flags}
 DEFAULT_ENGINE = "llama.cpp"
 
 INSTANCE_FIELDS = ("name", "engine", "model", "served_model_name", "gpus", "host", "port", "settings",
-                   "extra_args", "env", "mode", "accept_exposure", "ray_cluster")
+                   "extra_args", "env", "mode", "accept_exposure", "ray_cluster", "cuda_forward_compat")
 MODES = ("host", "container")
 LOOPBACK_HOSTS = ("localhost", "::1", "ip6-localhost")
 # A vLLM instance that spans nodes names the inventory group of its Ray cluster (`ray_cluster: <group>`, on
@@ -298,6 +301,49 @@ def ray_cluster_nodes(group, hostvars, groups, head=None, head_gpus=None, name="
     return nodes
 
 
+def runtime_cuda(build, mode, override):
+    """(CUDA release, where it comes from) of what the instance runs: the build fact's cuda_version, which
+    role llama_cpp reads from nvcc and role vllm from torch or the image's environment. None when the fact
+    has none (a CPU build, a runtime that does not say) or an override replaces the runtime the fact
+    describes: never guessed."""
+    if override and override != build.get("binary" if mode == "host" else "image"):
+        return None, "serving_%s overrides the runtime the build fact describes" % (
+            "binary" if mode == "host" else "image")
+    if build.get("mode") and build.get("mode") != mode:
+        return None, ("the build fact describes a %s runtime, the instance runs in %s mode"
+                      % (build["mode"], mode))
+    return build.get("cuda_version") or None, build.get("cuda_source") or None
+
+
+def cuda_check(name, engine, flags, build, mode, override, gpu_facts, gpu_list, forward_compat):
+    """CUDA's compatibility rules (module_utils/cuda_compat.py) for one instance: raises when the node's
+    driver cannot run the runtime's CUDA (with the minimum driver and the ways out); returns the plan's
+    `cuda` record {decision, runtime_cuda, source, driver, minimum_driver, message} and the warnings."""
+    if forward_compat is not None and not isinstance(forward_compat, bool):
+        raise ServingError("instance %s: cuda_forward_compat must be true or false, got %r"
+                           % (name, forward_compat))
+    cuda, source = runtime_cuda(build, mode, override)
+    facts = gpu_facts if isinstance(gpu_facts, dict) else {}
+    entries = gpu_entries(gpu_list, facts) if gpu_list else list(facts.get("gpus") or ())
+    driver = facts.get("driver_version") or next((e.get("driver_version") for e in entries
+                                                  if e.get("driver_version")), "")
+    what = "%s %s" % (flags.PROGRAM, build.get("version") or build.get("build_id") or "(version unknown)")
+    result = cuda_compat.decide(cuda, driver, [e.get("name") for e in entries], what=what,
+                                forward_compat=forward_compat is True, ways_out=flags.CUDA_WAYS_OUT)
+    if result["decision"] == cuda_compat.REFUSE:
+        raise ServingError("instance %s: %s (forward compatibility is opted in per instance: "
+                           "cuda_forward_compat: true)." % (name, result["message"].rstrip(".")))
+    record = {"decision": result["decision"], "runtime_cuda": result["runtime_cuda"], "source": source,
+              "driver": result["driver"], "minimum_driver": result["minimum_driver"],
+              "message": result["message"]}
+    warnings = list(result["warnings"])
+    if result["decision"] == cuda_compat.FORWARD_COMPAT and not flags.FORWARD_COMPAT_ENV:
+        warnings.append("forward compatibility for %s: put the cuda-compat-%s directory first on "
+                        "LD_LIBRARY_PATH in the instance's env"
+                        % (engine, result["runtime_cuda"].replace(".", "-")))
+    return record, warnings
+
+
 def unit_name(name, engine, unit_prefix=None):
     """The systemd unit of instance `name`: serving_unit_prefix[engine] (or the engine's own) + name."""
     prefix = by_engine(unit_prefix, engine, "serving_unit_prefix") or engine_flags(engine).UNIT_PREFIX
@@ -374,8 +420,10 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
     `binary_override`, `mode_override`, `image_override`, `timeouts` (TimeoutStartSec). `running_units` are
     the units running now (a running instance holds its own GPU memory: only a warning then).
     Refuses: duplicate names/ports, GPUs shared by two instances, missing binary/image, an exposed bind (see
-    _check_bind), unknown settings, removed flags, env its env file cannot carry (see check_env), and what an
-    engine's preflight refuses (vLLM: parallel sizes vs GPUs, memory); its warnings go to the plan.
+    _check_bind), unknown settings, removed flags, env its env file cannot carry (see check_env), what an
+    engine's preflight refuses (vLLM: parallel sizes vs GPUs, memory), and a runtime whose CUDA the node's
+    driver cannot run (cuda_check: CUDA's compatibility rules; `cuda_forward_compat: true` on the instance
+    opts in to forward compatibility); the warnings go to the plan, the CUDA decision to its `cuda`.
     `env` values stay out of the plan (it is a fact): `env_names` lists the names, `env_file` is where the
     role writes them (always written, empty when there is no env, so a removed variable is removed there too).
     An instance with `ray_cluster` (vLLM on a Ray cluster, see ray_settings) is checked against the cluster's
@@ -427,6 +475,12 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
                 raise ServingError("instance %s: %s" % (name, exc)) from None
         else:
             warnings = flags.preflight(settings, gpu_list, gpu_entries(gpu_list, gpus), unit in running_units)
+        override = by_engine(binary_override if mode == "host" else image_override, engine,
+                             "serving_binary" if mode == "host" else "serving_image")
+        # Before any unit changes: a runtime the node's driver cannot run is refused here.
+        cuda, cuda_warnings = cuda_check(name, engine, flags, build, mode, override, gpus, gpu_list,
+                                         raw.get("cuda_forward_compat"))
+        warnings = list(warnings) + cuda_warnings
         timeout = int(by_engine(timeouts, engine, "serving_timeout_start_sec") or flags.TIMEOUT_START_SEC)
         # `env` holds what is not secret (visible in the unit): the build's runtime-wide env (llmops_vllm.env,
         # e.g. a fork's switches) unless the instance's own env sets the key, then what the role computes.
@@ -436,8 +490,8 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
         if mode == "host" and gpu_list:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_list)
         env.update(flags.unit_env(timeout))
-        override = by_engine(binary_override if mode == "host" else image_override, engine,
-                             "serving_binary" if mode == "host" else "serving_image")
+        if cuda["decision"] == cuda_compat.FORWARD_COMPAT and flags.FORWARD_COMPAT_ENV:
+            env.update(flags.FORWARD_COMPAT_ENV)
         runner = _runner(name, mode, build, override, flags, engine)
         plan = dict([
             ("name", name),
@@ -472,6 +526,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
             ("container_args", list(flags.CONTAINER_ARGS)),
             ("timeout_start_sec", timeout),
             ("ray_cluster", raw.get("ray_cluster")),
+            ("cuda", cuda),
             ("warnings", warnings),
         ])
         plans.append(plan)

@@ -60,6 +60,16 @@ CONTAINER_ARGS = ()
 API_KEY_ENV = None          # the key is a file: --api-key-file
 OPEN_PATHS = None           # --api-key-file guards every endpoint but /health
 KEY_GUARDED_PATHS = None
+# When the node's driver cannot run the build's CUDA (plugins/module_utils/cuda_compat.py): the ways round it
+# that belong to this engine, listed before "upgrade the driver" and forward compatibility.
+CUDA_WAYS_OUT = (
+    "rebuild llama.cpp with a CUDA toolkit the driver runs (role llama_cpp: llama_cpp_builder_image_tag and "
+    "llama_cpp_runtime_image_tag, e.g. 12.4.1-devel-ubuntu22.04 / 12.4.1-runtime-ubuntu22.04, whose 12.x "
+    "runs on any driver >= 525.60.13; host builds: the node's nvcc)",
+)
+# Environment that makes the engine load a forward-compatibility libcuda (None: the instance's env must put
+# the cuda-compat directory on LD_LIBRARY_PATH itself).
+FORWARD_COMPAT_ENV = None
 
 
 class LlamaServerArgsError(ServingError):

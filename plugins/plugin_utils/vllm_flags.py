@@ -41,7 +41,34 @@ __metaclass__ = type
 PINNED_VLLM = {
     "version": "0.33.0",
     "wheel": "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+    # The CUDA it is built for: the wheel requires torch==2.14.0 (METADATA Requires-Dist), torch 2.14.0 on
+    # PyPI requires cuda-toolkit[...]==13.0.3 and nvidia-nccl-cu13 (its METADATA), vllm/_C_stable_libtorch.
+    # abi3.so links libcudart.so.13, and vllm/envs.py sets VLLM_MAIN_CUDA_VERSION to "13.0". The official
+    # image vllm/vllm-openai:v0.33.0 is that default (CUDA 13.0) build.
+    "cuda": "13.0",
 }
+# CUDA 12.x builds of vLLM, from vLLM's own release sources (docs/cuda.md has the evidence): since vLLM
+# PR #39878 (2026-04-15) the unsuffixed wheel and image are CUDA 13.0 and CUDA 12.9 is the `cu129` variant
+# (wheel +cu129 on https://wheels.vllm.ai/<version>/cu129, image vllm/vllm-openai:v<version>-cu129 per
+# .buildkite/scripts/publish-release-images.sh). A cu129 build needs a torch built for CUDA 12.9: torch 2.13
+# has one, torch 2.14 (which 0.33.0 pins) ships CUDA 12.6, 13.0 and 13.2 only (pytorch/pytorch#194367), and
+# vLLM publishes no cu126 build. So 0.33.0 has no CUDA 12.x build; 0.32.0 (torch==2.13.0 in its METADATA)
+# is the newest release whose torch has a CUDA 12.9 build.
+CUDA12_BUILD_OF_PINNED = None
+NEWEST_RELEASE_ON_CUDA12_TORCH = "0.32.0"
+CUDA_WAYS_OUT = (
+    "a CUDA 12.x build of the same vLLM release (role vllm: vllm_cuda_variant, e.g. cu129), where vLLM "
+    "publishes one; vLLM %s has none (it pins torch 2.14.0, which is built for CUDA 12.6, 13.0 and 13.2, and "
+    "vLLM releases only cu129 and cu130 builds)" % PINNED_VLLM["version"],
+    "an older vLLM release built for CUDA 12.x: %s is the newest whose torch (2.13.0) has a CUDA 12.9 build "
+    "(vllm_version: %s with vllm_cuda_variant: cu129; check that the image or wheel exists, and note that "
+    "this flag table is written for %s)"
+    % (NEWEST_RELEASE_ON_CUDA12_TORCH, NEWEST_RELEASE_ON_CUDA12_TORCH, PINNED_VLLM["version"]),
+)
+# vLLM 0.33.0 (vllm/env_override.py) puts a CUDA forward-compatibility libcuda first on LD_LIBRARY_PATH before
+# torch loads when VLLM_ENABLE_CUDA_COMPATIBILITY=1: VLLM_CUDA_COMPATIBILITY_PATH, else
+# /usr/local/cuda-<torch's CUDA>/compat when it exists.
+FORWARD_COMPAT_ENV = {"VLLM_ENABLE_CUDA_COMPATIBILITY": "1"}
 # What the engine-neutral planner (instance_plan.py) needs to know of this engine (see its docstring).
 PROGRAM = "vllm"
 ROLE = "serving"
@@ -329,6 +356,123 @@ PINNED_VLLM_OPTIONS = frozenset("""
 -pcp -pp -q -r -sc -tp
 """.split())
 
+# The config classes behind the table's JSON settings, as tests/fixtures/vllm/vllm_cli.py extracts them from
+# the pinned wheel with `ast` (test_vllm_flags.py checks this literal against the wheel; regenerate with
+# `python -m tests.fixtures.vllm.vllm_cli --configs`). vLLM builds each class from the option's JSON
+# (CompilationConfig(**value), SpeculativeConfig(**value), ...); a class is (extra, its plain fields, its
+# fields that hold another config class). extra "forbid" (vllm/config/utils.py: the `config` decorator's
+# ConfigDict(extra="forbid")) means an unknown key stops vLLM at start, so the plan refuses it first.
+PINNED_VLLM_CONFIGS = {
+    "options": {
+        "--attention-config": "AttentionConfig",
+        "--compilation-config": "CompilationConfig",
+        "--kv-transfer-config": "KVTransferConfig",
+        "--reasoning-config": "ReasoningConfig",
+        "--speculative-config": "SpeculativeConfig",
+        "--structured-outputs-config": "StructuredOutputsConfig",
+    },
+    "classes": {
+        "AttentionConfig": ("forbid", """
+backend backend_per_kind disable_flashinfer_q_quantization
+flash_attn_max_num_splits_for_cuda_graph flash_attn_version flex_attn_block_m flex_attn_block_n
+flex_attn_kv_block_size flex_attn_q_block_size indexer_kv_dtype indexer_sparse_logits
+indexer_tp_shard_min_rows minimax_m3_indexer_cp minimax_m3_msa_decode_backend
+mla_prefill_backend sparse_mla_force_mqa sparse_mla_prefill_workspace_factor
+tokenspeed_mla_min_split_kv tq_max_kv_splits_for_cuda_graph trtllm_ragged_backend use_non_causal
+use_prefill_query_quantization use_trtllm_attention
+""", {"hisparse_config": "HiSparseConfig"}),
+        "CompilationConfig": ("forbid", """
+backend cache_dir compile_cache_save_format compile_mm_encoder compile_ranges_endpoints
+compile_sizes cudagraph_capture_sizes cudagraph_copy_inputs cudagraph_decoder_replay
+cudagraph_mm_encoder cudagraph_mode cudagraph_num_of_warmups cudagraph_specialize_lora
+custom_ops debug_dump_path decoder_replay_cudagraph_capture_sizes decoder_replay_trim_threshold
+encoder_cudagraph_max_frames_per_batch encoder_cudagraph_max_vision_items_per_batch
+encoder_cudagraph_token_budgets fast_moe_cold_start inductor_compile_config inductor_passes
+ir_enable_torch_wrap max_cudagraph_capture_size mode splitting_ops use_inductor_graph_partition
+""", {"dynamic_shapes_config": "DynamicShapesConfig", "pass_config": "PassConfig"}),
+        "DynamicShapesConfig": ("forbid", """
+assume_32_bit_indexing evaluate_guards type
+""", {}),
+        "HiSparseConfig": ("forbid", """
+device_buffer_size eager_host_mirror
+""", {}),
+        "KVTransferConfig": ("forbid", """
+enable_permute_local_kv engine_id kv_buffer_device kv_connector kv_connector_extra_config
+kv_connector_module_path kv_load_failure_policy kv_port kv_role
+""", {}),
+        "LoadConfig": ("forbid", """
+device download_dir ignore_patterns load_format model_loader_extra_config pt_load_map_location
+safetensors_load_strategy safetensors_prefetch_block_size safetensors_prefetch_num_threads
+use_tqdm_on_load
+""", {}),
+        "PassConfig": ("forbid", """
+eliminate_noops enable_qk_norm_rope_fusion fi_allreduce_fusion_max_size_mb fuse_act_padding
+fuse_act_quant fuse_allreduce_rms fuse_attn_quant fuse_mla_dual_rms_norm fuse_norm_quant
+fuse_qk_norm_rope_kvcache fuse_rope_kvcache fuse_rope_kvcache_cat_mla
+rope_kvcache_fusion_max_token_num
+""", {}),
+        "ReasoningConfig": ("forbid", """
+reasoning_end_str reasoning_parser reasoning_start_str
+""", {}),
+        "SpeculativeConfig": ("forbid", """
+attention_backend code_revision disable_eagle_block_drop disable_lookahead_block_hashes
+disable_padded_drafter_batch draft_lm_head_quantization draft_model_config draft_parallel_config
+draft_sample_method draft_tensor_parallel_size dspark_draft_topk enable_adaptive_verification
+enforce_eager fly_entropy_threshold fly_entropy_top_k fly_window_size
+index_share_for_mtp_iteration kv_cache_dtype max_model_len method model moe_backend
+num_speculative_tokens num_speculative_tokens_per_batch_size parallel_drafting prompt_lookup_max
+prompt_lookup_min quantization rejection_sample_method revision
+suffix_decoding_max_cached_requests suffix_decoding_max_spec_factor
+suffix_decoding_max_tree_depth suffix_decoding_min_token_prob synthetic_acceptance_length
+synthetic_acceptance_rates target_model_config target_parallel_config tensor_parallel_size
+use_heterogeneous_vocab use_local_argmax_reduction xpress_topc
+""", {"draft_load_config": "LoadConfig"}),
+        "StructuredOutputsConfig": ("forbid", """
+backend disable_additional_properties disable_any_whitespace enable_in_reasoning
+reasoning_parser reasoning_parser_plugin
+""", {}),
+    },
+}
+# Keys of older vLLM (or of a fork) that the pinned classes do not have, and what replaces them.
+CONFIG_KEY_HINTS = {
+    ("ReasoningConfig", "default_thinking_token_budget"): (
+        "vLLM %s has no server-wide thinking budget: clients send thinking_token_budget in each request "
+        "(chat/completions), which vLLM accepts once reasoning is configured (reasoning_parser, or "
+        "reasoning_start_str and reasoning_end_str here; vllm/v1/engine/input_processor.py)"
+        % PINNED_VLLM["version"]),
+}
+
+
+def _config_fields(name):
+    extra, plain, nested = PINNED_VLLM_CONFIGS["classes"][name]
+    fields = dict((field, None) for field in plain.split())
+    fields.update(nested)
+    return extra, fields
+
+
+def check_config_keys(key, value, class_name, path=None):
+    """Refuse keys of a JSON setting that the pinned vLLM's config class `class_name` does not have (when it
+    forbids unknown keys), recursively into the fields that hold another config class."""
+    extra, fields = _config_fields(class_name)
+    path = path or key
+    for item in sorted(value, key=str):
+        name = str(item)
+        if class_name == "SpeculativeConfig" and path == key:
+            name = name.replace("-", "_")       # vLLM's create_speculative_config does the same
+        if name in fields:
+            nested = fields[name]
+            if nested and isinstance(value[item], dict):
+                check_config_keys(key, value[item], nested, "%s.%s" % (path, name))
+            continue
+        if extra != "forbid":
+            continue
+        hint = CONFIG_KEY_HINTS.get((class_name, name))
+        raise VllmArgsError(
+            "setting %s: %s is not a field of vLLM %s's %s, which refuses unknown keys at start (it would "
+            "not come up)%s. Its fields: %s"
+            % (key, "%s.%s" % (path, name), PINNED_VLLM["version"], class_name,
+               "; %s" % hint if hint else "", ", ".join(sorted(fields))))
+
 
 def _json_text(key, value):
     if isinstance(value, str):
@@ -337,6 +481,9 @@ def _json_text(key, value):
             "breaks on the first quote)" % key)
     if not isinstance(value, (dict, list)):
         raise VllmArgsError("setting %s must be a YAML mapping, got %s" % (key, type(value).__name__))
+    class_name = PINNED_VLLM_CONFIGS["options"].get(FLAGS[key]["flag"]) if key in FLAGS else None
+    if class_name and isinstance(value, dict):
+        check_config_keys(key, value, class_name)
     try:
         return compact_json(value)
     except (TypeError, ValueError) as exc:

@@ -220,4 +220,4 @@ def test_l20_inventory_describes_host_and_model_source():
     assert model["repo"] == "unsloth/Qwen3.6-27B-MTP-GGUF"
     assert model["filename"] == "Qwen3.6-27B-UD-Q5_K_XL.gguf"
     assert group["l20_models_dir"] == "/home/models/qwen3-27b-mtp-gguf"
-    assert group["serving_instances"][0]["model"] == model["name"]
+    assert group["l20_serving_instances"][0]["model"] == model["name"]

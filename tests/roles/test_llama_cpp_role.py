@@ -231,6 +231,50 @@ def test_build_script_renders_cmake_args_quoted(tmp_path):
     assert subprocess.run(["bash", "-n"], input=text.encode()).returncode == 0
 
 
+FAKE_CMAKE = """#!/bin/sh
+# stands in for cmake: configure writes a CMakeCache naming the fake nvcc, --build makes the targets
+if [ "$1" = --build ]; then
+  mkdir -p "$2/bin"; for t in llama-bench llama-cli llama-quantize llama-server; do : > "$2/bin/$t"; done
+  exit 0
+fi
+while [ $# -gt 0 ]; do [ "$1" = -B ] && build=$2; shift; done
+mkdir -p "$build"
+cache="$build/CMakeCache.txt"
+printf 'CMAKE_GENERATOR:INTERNAL=Unix Makefiles\nCMAKE_CUDA_COMPILER:FILEPATH=%s\n' "{nvcc}" > "$cache"
+"""
+FAKE_NVCC = """#!/bin/sh
+printf 'nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 12.4, V12.4.131\n'
+"""
+
+
+def test_cuda_build_records_the_cuda_release_of_its_nvcc(tmp_path):
+    """build.sh writes the nvcc --version of the compiler CMake chose; the manifest's cuda_version (what the
+    serving plan checks against the driver) is read from it with llmops.serving.cuda_from_nvcc."""
+    from ansible_collections.llmops.serving.plugins.module_utils.cuda_compat import cuda_from_nvcc
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    nvcc = bin_dir / "nvcc"
+    nvcc.write_text(FAKE_NVCC)
+    (bin_dir / "cmake").write_text(FAKE_CMAKE.format(nvcc=nvcc))
+    for tool in (nvcc, bin_dir / "cmake"):
+        tool.chmod(0o755)
+    work = tmp_path / "work"
+    (work / "context").mkdir(parents=True)
+    r = plan(tmp_path)
+    variables = role_vars(r, {"_llama_cpp_src": str(tmp_path), "_llama_cpp_work": str(work),
+                              "llama_cpp_ccache": False, "llama_cpp_build_jobs": 1})
+    script = work / "build.sh"
+    script.write_text(render("build.sh.j2", variables))
+    env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]))
+    assert subprocess.run(["bash", str(script)], env=env, timeout=60).returncode == 0, \
+        (work / "build.log").read_text()
+    text = (work / "context" / "out" / "nvcc-version.txt").read_text()
+    assert cuda_from_nvcc(text) == "12.4"
+    # a CPU build has no nvcc step: its manifest's cuda_version stays empty
+    cpu = plan(tmp_path, gpus={"present": False, "archs": []})
+    assert "nvcc-version.txt" not in render("build.sh.j2", role_vars(cpu, mode="host"))
+
+
 MINI_CMAKE = """cmake_minimum_required(VERSION 3.14)
 project(mini CXX)
 set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)

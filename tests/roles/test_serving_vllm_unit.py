@@ -13,7 +13,13 @@ import shlex
 from tests.helpers import FIXTURES
 from tests.roles.test_serving_env_secrets import parse_systemd_env_file, render_env_file
 from tests.roles.test_serving_unit import directive, exec_start_argv, render_plan, render_unit, role_vars
-from tests.unit.plugins.plugin_utils.test_vllm_flags import SEED_MODEL, SEED_SETTINGS, comparable, options_of
+from tests.unit.plugins.plugin_utils.test_vllm_flags import (
+    SEED_MODEL,
+    SEED_REASONING_CONFIG,
+    SEED_SETTINGS,
+    comparable,
+    options_of,
+)
 
 SEED_UNIT = os.path.join(FIXTURES, "seeds", "003_vllm_unit.service")
 VLLM = {"mode": "host", "binary": "/opt/vllm/venv/bin/vllm", "version": "0.33.0"}
@@ -30,6 +36,9 @@ DIFFERENCES = {
     "python -m vllm.entrypoints.openai.api_server": "`<llmops_vllm.binary> serve` (that entrypoint is "
                                                     "deprecated)",
     "--device-ids": "the instance's gpus -> CUDA_VISIBLE_DEVICES=0,1 (one way for both engines)",
+    "--reasoning-config": "without default_thinking_token_budget: vLLM 0.33.0's ReasoningConfig has no such "
+                          "key and refuses unknown keys at start (the plan refuses it first); clients send "
+                          "thinking_token_budget per request",
     "StandardOutput": "the journal (the health gate prints this start's lines from it)",
     "StandardError": "the journal",
     "ExecStartPre": "the role's GPU check (nvidia-smi -i 0,1); the seed's fork-specific flashinfer check "
@@ -87,6 +96,10 @@ def test_seed_unit_option_by_option():
     env = directive(text, "Service", "Environment")
     assert '"CUDA_VISIBLE_DEVICES=0,1"' in env, DIFFERENCES["--device-ids"]
     assert '"VLLM_ENGINE_READY_TIMEOUT_S=900"' in env          # vLLM waits as long as systemd does
+    assert seed_opts.pop("--reasoning-config") == [SEED_REASONING_CONFIG]
+    budgetless = dict(SEED_REASONING_CONFIG)
+    budgetless.pop("default_thinking_token_budget")
+    assert ours.pop("--reasoning-config") == [budgetless], DIFFERENCES["--reasoning-config"]
     assert ours == seed_opts
 
     # the seed's Environment= lines: every one reaches vLLM, from the 0600 env file

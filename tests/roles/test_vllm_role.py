@@ -59,6 +59,18 @@ def test_mirror_and_digest_make_the_reference():
     assert value("_vllm_image_ref", **ref) == "registry.lan:5000/vllm/vllm-openai@" + DIGEST
 
 
+def test_a_cuda_variant_picks_the_image_tag_and_the_indexes():
+    variant = dict(vllm_version="0.32.0", vllm_cuda_variant="cu129")
+    assert value("_vllm_image", **variant) == "vllm/vllm-openai:v0.32.0-cu129"
+    assert value("_vllm_pip_options", **variant) == [
+        "--extra-index-url=https://wheels.vllm.ai/0.32.0/cu129",
+        "--extra-index-url=https://download.pytorch.org/whl/cu129",
+    ]
+    # a wheel file or a source tree is what it is: no variant index
+    assert value("_vllm_pip_options", vllm_wheel="w/vllm-0.32.0-cp38-abi3-linux_x86_64.whl", **variant) == []
+    assert value("_vllm_image") == "vllm/vllm-openai:v0.33.0" and value("_vllm_pip_options") == []
+
+
 def test_sources_and_pip_options():
     assert value("_vllm_pip_target") == "vllm==0.33.0"
     assert value(
@@ -245,12 +257,32 @@ def test_venv_runtime_installs_the_wheel_once_and_publishes_the_fact(tmp_path):
         "venv": venv,
         "extra_flags": ["--fork-flag"],
         "env": {"VLLM_USE_DEEP_GEMM": "0"},
+        # the fake wheel brings no torch: the CUDA release is not known, and not invented
+        "cuda_version": None,
+        "cuda_source": None,
     }
     assert subprocess.check_output([fact["binary"], "--version"]).decode().strip() == "0.33.0"
 
     again, recap, fact_again = run_role(tmp_path, variables)
     assert recap["failed"] == 0 and recap["changed"] == 0, again.stdout
     assert fact_again == fact and "wheel_compat_info" not in again.stdout
+
+
+def test_venv_runtime_publishes_the_cuda_of_its_torch(tmp_path):
+    """The fake torch carries its CUDA like the real wheel (torch/version.py, METADATA): the fact has it."""
+    variables = venv_vars(tmp_path)
+    torch_dir = tmp_path / "torch-wheels"
+    torch_dir.mkdir()
+    build_wheel.build_torch(str(torch_dir), "12.9")
+    first, recap, _fact = run_role(tmp_path, variables)
+    assert recap["failed"] == 0, first.stdout
+    subprocess.check_call([str(tmp_path / "venv" / "bin" / "python"), "-m", "pip", "install", "-q",
+                           "--no-index", "--no-deps", "--disable-pip-version-check",
+                           str(torch_dir / "torch-2.14.0-py3-none-any.whl")])
+    again, recap, fact = run_role(tmp_path, variables)
+    assert recap["failed"] == 0 and recap["changed"] == 0, again.stdout
+    assert fact["cuda_version"] == "12.9"
+    assert fact["cuda_source"] == "torch/version.py cuda = '12.9'"
 
 
 def test_venv_runtime_refuses_an_old_python_before_installing(tmp_path):
@@ -268,8 +300,14 @@ FAKE_DOCKER = """#!/bin/sh
 # fake docker: `image inspect` finds the image once pulled; `pull` records the reference
 echo "$*" >> "{log}"
 case "$1 $2" in
-  "image inspect") [ -f "{state}" ] && grep -qxF "$5" "{state}" && echo sha256:0123 && exit 0
-                   echo "Error: No such image: $5" >&2; exit 1 ;;
+  "image inspect") [ -f "{state}" ] && grep -qxF "$5" "{state}" \
+                     || {{ echo "Error: No such image: $5" >&2; exit 1; }}
+                   case "$4" in
+                     *Config.Env*) echo '["PATH=/bin","CUDA_VERSION=13.0.2","NVIDIA_REQUIRE_CUDA=cuda>=13.0"]'
+                                   ;;
+                     *) echo sha256:0123 ;;
+                   esac
+                   exit 0 ;;
 esac
 if [ "$1" = pull ]; then
   [ -n "$FAKE_DOCKER_PULL_FAILS" ] && {{ echo "Error response from daemon: manifest unknown" >&2; exit 1; }}
@@ -305,6 +343,9 @@ def test_container_runtime_pulls_a_missing_image_once(tmp_path):
         "venv": "",
         "extra_flags": [],
         "env": {"A": "1"},
+        # from the image's environment, as the official image (FROM nvidia/cuda) carries it
+        "cuda_version": "13.0",
+        "cuda_source": "image mirror.lan/vllm/vllm-openai:v0.33.0 environment",
     }
     again, recap, _fact = run_role(tmp_path, variables)
     assert recap["failed"] == 0 and recap["changed"] == 0, again.stdout

@@ -18,7 +18,7 @@ from ansible_collections.llmops.serving.plugins.plugin_utils.vllm_flags import b
 
 from tests.fixtures.fake_vllm import SCRIPT, fake_env
 from tests.fixtures.vllm import vllm_cli
-from tests.unit.plugins.plugin_utils.test_vllm_flags import SEED_MODEL, SEED_SETTINGS
+from tests.unit.plugins.plugin_utils.test_vllm_flags import SEED_MODEL, SEED_REASONING_CONFIG, SEED_SETTINGS
 
 KEY = "sk-fake-vllm-test"
 
@@ -182,6 +182,31 @@ def test_the_pinned_option_set_accepts_the_flag_tables_output(tmp_path):
     assert result.returncode == 7, result.stderr
     record = json.loads((tmp_path / "record.json").read_text())
     assert record["options"]["--speculative-config"] == ['{"method":"mtp","num_speculative_tokens":3}']
+
+
+def test_unknown_keys_of_json_options_stop_the_start_like_vllms_config_classes(tmp_path):
+    """With the pinned wheel's config classes in FAKE_VLLM_OPTIONS, the seed's literal --reasoning-config
+    (default_thinking_token_budget) ends the start with exit 1, as vLLM 0.33.0's pydantic classes do."""
+    try:
+        options = vllm_cli.options_file()
+    except vllm_cli.WheelUnavailable as exc:
+        pytest.skip("the pinned vLLM wheel cannot be obtained here (%s); CI fetches it" % exc)
+    env = fake_env(tmp_path / "record.json", options=options)
+    env["FAKE_VLLM_FAIL_START"] = "7"
+    seed = ["--reasoning-config", json.dumps(SEED_REASONING_CONFIG),
+            "--speculative-config", '{"method":"mtp","num-speculative-tokens":3}']
+    result = subprocess.run(["vllm", "serve", "/m"] + seed, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True, timeout=10, check=False)
+    assert result.returncode == 1
+    assert ("ReasoningConfig: reasoning-config.default_thinking_token_budget: Unexpected keyword argument"
+            in result.stderr)
+    assert "num_speculative_tokens" not in result.stderr       # '-' == '_' in speculative_config's keys
+    fixed = dict(SEED_REASONING_CONFIG)
+    fixed.pop("default_thinking_token_budget")
+    result = subprocess.run(["vllm", "serve", "/m", "--reasoning-config", json.dumps(fixed)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                            timeout=10, check=False)
+    assert result.returncode == 7, result.stderr
 
 
 def test_runs_on_python36_syntax():
@@ -363,3 +388,21 @@ def test_ray_backend_without_ray_installed_fails_the_start(tmp_path):
                             timeout=10, check=False)
     assert result.returncode == 1, result.stderr
     assert "Ray placement failed" in result.stderr and "ray" in result.stderr.lower()
+
+
+def test_the_fake_image_carries_its_cuda_like_the_official_one():
+    """The fake image sets CUDA_VERSION / NVIDIA_REQUIRE_CUDA as nvidia/cuda bases do (build arg CUDA_VERSION,
+    default the official v0.33.0's 13.0): what role vllm reads with docker image inspect."""
+    from ansible_collections.llmops.serving.plugins.module_utils.cuda_compat import cuda_from_image_env
+    with open(os.path.join(os.path.dirname(SCRIPT), "Dockerfile")) as handle:
+        lines = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
+    args = dict(line[len("ARG "):].split("=", 1) for line in lines if line.startswith("ARG ") and "=" in line)
+    env = []
+    for line in lines:
+        if line.startswith("ENV "):
+            name, value = line[len("ENV "):].split("=", 1)
+            env.append("%s=%s" % (name, value.strip('"').replace("${CUDA_VERSION}", args["CUDA_VERSION"])))
+    assert args["CUDA_VERSION"] == "13.0.2"
+    assert env == ["CUDA_VERSION=13.0.2", "NVIDIA_REQUIRE_CUDA=cuda>=13.0.2"]
+    assert cuda_from_image_env(env) == "13.0"
+    assert cuda_from_image_env(["NVIDIA_REQUIRE_CUDA=cuda>=12.9.1"]) == "12.9"

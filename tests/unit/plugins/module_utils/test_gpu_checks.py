@@ -4,7 +4,7 @@
 """gpu_facts checks (evaluate), version helpers and the compute-capability / CUDA tables."""
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gpu
+from ansible_collections.llmops.serving.plugins.module_utils import cuda_compat, gpu
 
 from tests.helpers import GPU_FACT_KEYS
 
@@ -48,7 +48,7 @@ def test_version_compare_is_numeric():
 
 
 def test_cuda_table_is_the_documented_minimum_linux_driver_of_each_release():
-    assert dict(gpu.CUDA_MIN_DRIVER) == {
+    assert dict(cuda_compat.CUDA_MIN_DRIVER) == {
         "11.8": "520.61.05",
         "12.0": "525.60.13",
         "12.1": "530.30.02",
@@ -62,7 +62,7 @@ def test_cuda_table_is_the_documented_minimum_linux_driver_of_each_release():
         "13.0": "580.65.06",
     }
     # Ordered, and each release needs a newer driver than the one before.
-    drivers = [d for _c, d in gpu.CUDA_MIN_DRIVER]
+    drivers = [d for _c, d in cuda_compat.CUDA_MIN_DRIVER]
     assert all(gpu.compare_versions(a, b) < 0 for a, b in zip(drivers, drivers[1:]))  # noqa: B905
 
 
@@ -214,25 +214,31 @@ def test_min_driver_version():
     assert "Install NVIDIA driver >= 570.86.15 (R570 or newer)" in failures[0]
 
 
-def test_require_cuda_uses_the_driver_table():
+def test_require_cuda_follows_cuda_compatibility_rules():
     assert gpu.evaluate(l20x4(), require_cuda="12.4")[1] == []
     assert gpu.evaluate(l20x4(), require_cuda="12.2")[1] == []
-    facts = l20x4(driver="535.161.08", cuda="12.2")
+    # minor-version compatibility: any 12.x program runs on a driver >= 525.60.13, newer toolkit or not
+    assert gpu.evaluate(l20x4(), require_cuda="12.9")[1] == []
+    assert gpu.evaluate(l20x4(driver="535.161.08", cuda="12.2"), require_cuda="12.4")[1] == []
+    facts = l20x4(driver="520.61.05", cuda="11.8")
     failures = gpu.evaluate(facts, require_cuda="12.4")[1]
     assert len(failures) == 4
-    assert "driver 535.161.08 found (supports CUDA 12.2), CUDA 12.4 wanted" in failures[0]
-    assert "Install driver >= 550.54.14 (R550 or newer)" in failures[0]
+    assert "driver 520.61.05 found (supports CUDA 11.8), CUDA 12.4 wanted" in failures[0]
+    assert "Install driver >= 525.60.13 (R525 or newer)" in failures[0]
     failures = gpu.evaluate(l20x4(), require_cuda="13.0")[1]
     assert "580.65.06 (R580" in failures[0]
+    assert "CUDA minor-version compatibility" in failures[0]
 
 
-def test_require_cuda_outside_the_table_uses_the_reported_version():
+def test_require_cuda_of_an_unknown_major_uses_the_reported_version():
     facts = gpu.build_facts([make_gpu(0, driver="590.44.01")], "590.44.01", "13.1")
-    assert gpu.evaluate(facts, require_cuda="13.1")[1] == []
-    failures = gpu.evaluate(facts, require_cuda="13.2")[1]
-    assert "supports CUDA 13.1, CUDA 13.2 wanted" in failures[0]
+    assert gpu.evaluate(facts, require_cuda="13.2")[1] == []          # 13.x: >= 580.65.06
+    failures = gpu.evaluate(facts, require_cuda="14.0")[1]
+    assert "supports CUDA 13.1, CUDA 14.0 wanted" in failures[0]
+    newer = gpu.build_facts([make_gpu(0, driver="700.1.2")], "700.1.2", "14.1")
+    assert gpu.evaluate(newer, require_cuda="14.0")[1] == []
     unknown = gpu.build_facts([make_gpu(0, driver="590.44.01")], "590.44.01", "")
-    assert "cannot tell" in gpu.evaluate(unknown, require_cuda="13.1")[1][0]
+    assert "cannot tell" in gpu.evaluate(unknown, require_cuda="14.0")[1][0]
 
 
 def test_memory_checks():

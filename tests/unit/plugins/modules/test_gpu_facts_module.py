@@ -121,13 +121,19 @@ def test_h200_fails_an_ada_requirement_with_a_clear_message(tmp_path):
     assert r["_rc"] == 0 and facts(r)["cuda_version"] == "12.8"
 
 
-def test_driver_already_at_an_older_version_fails_require_cuda(tmp_path):
+def test_require_cuda_follows_minor_version_compatibility(tmp_path):
+    # 535.161.08 is CUDA 12.2's driver, yet it runs CUDA 12.4 programs (12.x needs >= 525.60.13) ...
     r = run_module(
         tmp_path, {"require_cuda": "12.4"}, state={"driver_version": "535.161.08", "cuda_version": "12.2"}
     )
+    assert r["_rc"] == 0, r.get("msg")
+    # ... but not CUDA 13.0 ones (13.x needs >= 580.65.06).
+    r = run_module(
+        tmp_path, {"require_cuda": "13.0"}, state={"driver_version": "535.161.08", "cuda_version": "12.2"}
+    )
     assert r["_rc"] == 1
     assert (
-        "driver 535.161.08 found (supports CUDA 12.2), CUDA 12.4 wanted. Install driver >= 550.54.14 (R550"
+        "driver 535.161.08 found (supports CUDA 12.2), CUDA 13.0 wanted. Install driver >= 580.65.06 (R580"
         in r["msg"]
     )
     assert len(r["failures"]) == 4
@@ -187,7 +193,7 @@ def test_old_driver_falls_back_to_the_table(tmp_path):
     assert f["compute_caps"] == ["7.0"] and f["archs"] == ["70"]
     assert (f["driver_version"], f["cuda_version"]) == ("470.182.03", "11.4")
     r = run_module(tmp_path, {"require_cuda": "12.4"}, profile="old_driver")
-    assert r["_rc"] == 1 and "Install driver >= 550.54.14 (R550 or newer)" in r["msg"]
+    assert r["_rc"] == 1 and "Install driver >= 525.60.13 (R525 or newer)" in r["msg"]
 
 
 @pytest.mark.skipif(

@@ -32,8 +32,9 @@ SEED_SETTINGS = {
     "async_scheduling": False,
     "skip_mm_profiling": True,
     "reasoning_parser": "qwen3",
-    "reasoning_config": {"reasoning_start_str": "<think>", "reasoning_end_str": "</think>",
-                         "default_thinking_token_budget": 4000},
+    # the seed's default_thinking_token_budget: 4000 is not a key of vLLM 0.33.0's ReasoningConfig (see
+    # SEED_REASONING_CONFIG); the budget is a per-request parameter there
+    "reasoning_config": {"reasoning_start_str": "<think>", "reasoning_end_str": "</think>"},
     "default_chat_template_kwargs": {"enable_thinking": True},
     "enable_auto_tool_choice": True,
     "tool_call_parser": "qwen3_coder",
@@ -49,6 +50,9 @@ SEED_SETTINGS = {
     "disable_uvicorn_access_log": True,
 }
 SEED_MODEL = "/home/zyyuc/models/Qwen3.6-27B-DSV4Pro-Thinking-FP8"
+# The seed's --reasoning-config as it stands in the unit: refused by vLLM 0.33.0 (and so by the plan).
+SEED_REASONING_CONFIG = {"reasoning_start_str": "<think>", "reasoning_end_str": "</think>",
+                         "default_thinking_token_budget": 4000}
 
 
 def argv_for(settings, **kwargs):
@@ -144,7 +148,87 @@ def test_seed_unit_renders_option_by_option():
     theirs = dict((f, comparable(f, v)) for f, v in seed_options)
     assert theirs.pop("--model") == [SEED_MODEL]          # the positional of `vllm serve` now
     assert theirs.pop("--device-ids") == ["0,1"]          # the instance's gpus -> CUDA_VISIBLE_DEVICES
+    # the one key vLLM 0.33.0 would refuse at start (test_seed_reasoning_config_is_refused_at_plan_time)
+    assert theirs["--reasoning-config"] == [SEED_REASONING_CONFIG]
+    theirs["--reasoning-config"][0].pop("default_thinking_token_budget")
     assert ours == theirs
+
+
+def test_seed_reasoning_config_is_refused_at_plan_time():
+    settings = dict(SEED_SETTINGS, reasoning_config=SEED_REASONING_CONFIG)
+    with pytest.raises(VllmArgsError) as info:
+        argv_for(settings)
+    message = str(info.value)
+    assert ("setting reasoning_config: reasoning_config.default_thinking_token_budget is not a field of "
+            "vLLM 0.33.0's ReasoningConfig, which refuses unknown keys at start") in message
+    assert "clients send thinking_token_budget in each request" in message
+    assert message.endswith("Its fields: reasoning_end_str, reasoning_parser, reasoning_start_str")
+
+
+# --- JSON settings against vLLM's own config classes --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pinned_configs():
+    try:
+        return vllm_cli.cached_options()["configs"]
+    except vllm_cli.WheelUnavailable as exc:
+        pytest.skip("the pinned vLLM wheel cannot be obtained here (%s); CI fetches it" % exc)
+
+
+def _embedded_classes():
+    out = {}
+    for name, (extra, plain, nested) in vllm_flags.PINNED_VLLM_CONFIGS["classes"].items():
+        fields = dict((field, None) for field in plain.split())
+        fields.update(nested)
+        out[name] = {"extra": extra, "fields": fields}
+    return out
+
+
+def test_embedded_config_table_is_the_pinned_wheels(pinned_configs):
+    """PINNED_VLLM_CONFIGS (used to check JSON settings) is regenerated with `vllm_cli --configs`."""
+    json_flags = [spec["flag"] for spec in vllm_flags.FLAGS.values() if spec["kind"] == "json"]
+    wheel_options = dict((f, c) for f, c in pinned_configs["options"].items() if f in json_flags)
+    assert vllm_flags.PINNED_VLLM_CONFIGS["options"] == wheel_options
+    embedded = _embedded_classes()
+    for name, entry in embedded.items():
+        wheel = pinned_configs["classes"][name]
+        assert entry == {"extra": wheel["extra"], "fields": wheel["fields"]}, name
+    # every class a field of an embedded class holds is embedded too
+    assert set(n for e in embedded.values() for n in e["fields"].values() if n) <= set(embedded)
+
+
+def test_json_settings_without_a_config_class_are_free_form_in_the_wheel(pinned_configs):
+    for key, spec in vllm_flags.FLAGS.items():
+        if spec["kind"] == "json" and spec["flag"] not in vllm_flags.PINNED_VLLM_CONFIGS["options"]:
+            assert spec["flag"] not in pinned_configs["options"], key      # a dict: any key goes
+
+
+def test_the_wheels_config_classes_forbid_unknown_keys(pinned_configs):
+    # vllm/config/utils.py: the `config` decorator merges ConfigDict(extra="forbid") first
+    for flag in ("--reasoning-config", "--compilation-config", "--speculative-config"):
+        assert pinned_configs["classes"][pinned_configs["options"][flag]]["extra"] == "forbid"
+    assert sorted(pinned_configs["classes"]["ReasoningConfig"]["fields"]) == [
+        "reasoning_end_str", "reasoning_parser", "reasoning_start_str"]
+    # a field(init=False) cannot be passed: not listed
+    assert "local_cache_dir" not in pinned_configs["classes"]["CompilationConfig"]["fields"]
+    assert "cudagraph_mode" in pinned_configs["classes"]["CompilationConfig"]["fields"]
+
+
+def test_unknown_keys_of_json_settings_are_refused_with_the_allowed_keys():
+    with pytest.raises(VllmArgsError, match=r"compilation_config\.cudagraph_modes is not a field of vLLM "
+                                            r"0\.33\.0's CompilationConfig.*Its fields: backend, "):
+        argv_for({"compilation_config": {"cudagraph_modes": "PIECEWISE"}})
+    with pytest.raises(VllmArgsError, match=r"compilation_config\.pass_config\.fuse_everything is not a "
+                                            r"field of vLLM 0\.33\.0's PassConfig"):
+        argv_for({"compilation_config": {"pass_config": {"fuse_everything": True}}})
+    with pytest.raises(VllmArgsError, match=r"speculative_config\.num_tokens is not a field"):
+        argv_for({"speculative_config": {"method": "mtp", "num_tokens": 3}})
+    # vLLM turns '-' into '_' in speculative_config's keys; free-form settings take any key
+    argv = argv_for({"speculative_config": {"method": "mtp", "num-speculative-tokens": 3},
+                     "additional_config": {"anything": 1}, "hf_overrides": {"rope_theta": 1e6},
+                     "compilation_config": {"cudagraph_mode": "PIECEWISE",
+                                            "pass_config": {"fuse_norm_quant": True}}})
+    assert "--additional-config" in argv and "--compilation-config" in argv
 
 
 def test_device_ids_are_the_instances_gpus():
