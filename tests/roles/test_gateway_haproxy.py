@@ -139,12 +139,13 @@ def node_vars_by_host(models=(("qwen", "llama.cpp"),), settings=None):
 def _lateness(gw_port, double, tls, streams, via_gateway):
     """Per stream: [arrival - write] in ms of each data chunk, client and double in this process."""
     out = []
+    body = dict(CHAT, stream=True, max_tokens=double.chunks)
     for _ in range(streams):
         if via_gateway:
-            answer = timed_request("127.0.0.1", gw_port, "/v1/chat/completions",
-                                   dict(CHAT, stream=True), {"Authorization": "Bearer " + ALICE}, tls=tls)
+            answer = timed_request("127.0.0.1", gw_port, "/v1/chat/completions", body,
+                                   {"Authorization": "Bearer " + ALICE}, tls=tls)
         else:
-            answer = timed_request("127.0.0.1", double.port, "/v1/chat/completions", dict(CHAT, stream=True),
+            answer = timed_request("127.0.0.1", double.port, "/v1/chat/completions", body,
                                    {"Authorization": "Bearer " + BACKEND_KEY})
         assert answer["status"] == 200, answer
         writes = double.completions()[-1]["writes"]
@@ -171,8 +172,10 @@ def test_stream_chunks_arrive_as_the_engine_writes_them(tmp_path, tls, engine):
     every_chunk = statistics.median(x for s in through for x in s)
     assert first_gateway - first_direct < 10.0, (first_direct, first_gateway, through)
     assert every_chunk < 10.0, through
-    # The chunks are spread as the engine spread them (40 ms apart), not bunched at the end.
-    assert max(max(s) for s in through) < 40.0, through
+    # The chunks are spread as the engine spread them (40 ms apart), not held and bunched: before, a chunk
+    # was 0-150 ms late depending on its place (a median of 72 ms); a busy machine may delay a few.
+    lateness = sorted(x for s in through for x in s)
+    assert lateness[int(len(lateness) * 0.8)] < 30.0, through
 
 
 # ---------------------------------------------------------------- no generation sent twice
