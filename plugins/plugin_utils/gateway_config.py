@@ -15,6 +15,7 @@ servers and map files, with the refusals a gateway in front of them needs.
         "models_map": "<model> <backend>\\n...",             # the requested model -> backend
         "keys_map": "<sha256 hex of key> <key name>\\n...",  # no plaintext key on the gateway's disk
         "limits_map": "<key name> <generations per minute>\\n...",
+        "request_limits_map": "<key name> <requests per minute>\\n...",  # never below its generations
     }
     public_fact(config, url=, admin_socket=) -> the llmops_gateway fact (no key, no digest)
 
@@ -318,12 +319,15 @@ def _server_address(host, instance, fact, node_address, gateway_host):
         % (instance, host, fact.get("host"), host, host))
 
 
-def _client_keys(api_keys, rate_limit):
+def _client_keys(api_keys, rate_limit, request_rate_limit):
+    """keys.map, ratelimits.map and requestlimits.map contents, and the default generation limit. A key's
+    limit on all requests is gateway_request_rate_limit, or its own generation limit when that is higher:
+    a key allowed N generations a minute can always make them."""
     rate_limit = _int(rate_limit, "gateway_rate_limit", 1, INT_MAX)
     if not api_keys:
         raise GatewayError("gateway_api_keys is empty: the gateway would refuse every request. Give a "
                            "list of {name, key, rate_limit} (keys from Ansible Vault or an AWX credential)")
-    names, digests, keys_lines, limit_lines = set(), set(), [], []
+    names, digests, keys_lines, limit_lines, request_lines = set(), set(), [], [], []
     for index, entry in enumerate(api_keys):
         if not isinstance(entry, dict) or not entry.get("name") or not entry.get("key"):
             raise GatewayError("gateway_api_keys[%d] needs a name and a key" % index)
@@ -344,7 +348,8 @@ def _client_keys(api_keys, rate_limit):
         digests.add(digest)
         keys_lines.append("%s %s\n" % (digest, name))
         limit_lines.append("%s %d\n" % (name, limit))
-    return "".join(keys_lines), "".join(limit_lines), rate_limit
+        request_lines.append("%s %d\n" % (name, max(limit, request_rate_limit)))
+    return "".join(keys_lines), "".join(limit_lines), "".join(request_lines), rate_limit
 
 
 def _served_names(fact, instance, host):
@@ -428,7 +433,8 @@ def build(hosts, hostvars, gateway_host=None, api_keys=(), rate_limit=60, settin
                 raise GatewayError("served model name %s is given to two backends (%s and %s): give each "
                                    "model its own name" % (model, routes[model], backend["name"]))
             routes[model] = backend["name"]
-    keys_map, limits_map, rate_limit = _client_keys(api_keys, rate_limit)
+    keys_map, limits_map, request_limits_map, rate_limit = _client_keys(api_keys, rate_limit,
+                                                                        settings["request_rate_limit"])
     for backend in backends:
         backend.pop("_key_from")
         backend["auth_header"] = header_value("Bearer " + backend["api_key"]) if backend["api_key"] else None
@@ -443,6 +449,7 @@ def build(hosts, hostvars, gateway_host=None, api_keys=(), rate_limit=60, settin
         "models_map": "".join("%s %s\n" % (model, routes[model]) for model in sorted(routes)),
         "keys_map": keys_map,
         "limits_map": limits_map,
+        "request_limits_map": request_limits_map,
     }
 
 

@@ -51,6 +51,11 @@ def test_maps_hold_digests_not_keys():
     assert "%s alice\n" % digest in config["keys_map"]
     assert "sk-alice-1" not in config["keys_map"] and "sk-bob-2" not in config["keys_map"]
     assert config["limits_map"] == "alice 60\nbob 5\n"
+    # all requests: gateway_request_rate_limit, or the key's generation limit when higher
+    assert config["request_limits_map"] == "alice 600\nbob 600\n"
+    keys = [dict(KEYS[0], rate_limit=5000), KEYS[1]]
+    config = gc.build(["n1"], hostvars(), api_keys=keys, settings={"request_rate_limit": 100})
+    assert config["request_limits_map"] == "alice 5000\nbob 100\n"
 
 
 def test_node_address_falls_back_to_ansible_host_then_name():
