@@ -203,7 +203,7 @@ def check_arguments(socket_path, backend, server, state, drain_timeout, healthy_
     if state not in STATES:
         raise RuntimeApiError("state must be one of %s, not %r" % (", ".join(STATES), state))
     for option, value in (("drain_timeout", drain_timeout), ("healthy_timeout", healthy_timeout)):
-        if not _is_number(value) or not 0 <= value <= MAX_WAIT or value != value:
+        if not _is_number(value) or math.isnan(value) or not 0 <= value <= MAX_WAIT:
             raise RuntimeApiError("%s must be a number of seconds from 0 to %d, got %r"
                                   % (option, MAX_WAIT, value))
     if not _is_number(poll_interval) or not math.isfinite(poll_interval) or not 0 < poll_interval <= 60:
