@@ -159,7 +159,7 @@ def check_model_name(value, setting):
 
 
 def _int(value, setting, low, high):
-    if is_number(value) and value == int(value):
+    if is_number(value) and math.isfinite(value) and value == int(value):
         number = int(value)
     elif isinstance(value, str) and re.match(r"^[0-9]{1,18}$", value.strip()):
         number = int(value.strip())
@@ -324,6 +324,9 @@ def _client_keys(api_keys, rate_limit, request_rate_limit):
     limit on all requests is gateway_request_rate_limit, or its own generation limit when that is higher:
     a key allowed N generations a minute can always make them."""
     rate_limit = _int(rate_limit, "gateway_rate_limit", 1, INT_MAX)
+    if api_keys and not isinstance(api_keys, (list, tuple)):
+        raise GatewayError("gateway_api_keys must be a list of {name, key, rate_limit}, got %s"
+                           % type(api_keys).__name__)
     if not api_keys:
         raise GatewayError("gateway_api_keys is empty: the gateway would refuse every request. Give a "
                            "list of {name, key, rate_limit} (keys from Ansible Vault or an AWX credential)")
@@ -337,7 +340,8 @@ def _client_keys(api_keys, rate_limit, request_rate_limit):
                                "is logged and keys the rate limit)" % (index, name))
         if name in names:
             raise GatewayError("gateway_api_keys: name %s is used twice" % name)
-        key = check_key(entry["key"], "gateway_api_keys[%s].key" % name)
+        key = entry["key"]
+        key = check_key(str(key) if is_number(key) else key, "gateway_api_keys[%s].key" % name)
         digest = key_digest(key)
         if digest in digests:
             raise GatewayError("gateway_api_keys[%s]: the same key is given to two names" % name)

@@ -187,7 +187,8 @@ def test_addresses_accepted():
         assert server["address"] == address.strip("[]")
 
 
-@pytest.mark.parametrize("port", [0, 70000, 8000.5, "80 80", "8000\nx", True, None, -1])
+@pytest.mark.parametrize("port", [0, 70000, 8000.5, "80 80", "8000\nx", True, None, -1, float("inf"),
+                                  float("nan"), 10 ** 30])
 def test_bad_ports_refused(port):
     with pytest.raises(gc.GatewayError, match="instance qwen of n1"):
         gc.build(["n1"], one_node(port=port), api_keys=KEYS)
