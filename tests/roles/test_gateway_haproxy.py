@@ -14,6 +14,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -24,13 +25,14 @@ from tests.fixtures.fake_vllm import fake_env
 from tests.fixtures.gateway_render import (
     BACKEND_KEY,
     CLIENT_KEYS,
+    ROLE,
     free_port,
     node_vars,
     render,
     running_gateway,
 )
 from tests.fixtures.stream_double import StreamDouble, timed_request
-from tests.helpers import wait_healthy
+from tests.helpers import run_local_playbook, wait_healthy
 
 pytestmark = pytest.mark.skipif(not (shutil.which("haproxy") and shutil.which("openssl")),
                                 reason="needs haproxy and openssl (apt-get install haproxy openssl)")
@@ -358,3 +360,27 @@ def test_values_that_would_be_syntax_are_refused_at_plan_time(tmp_path, hostvars
     message = str(error.value)
     assert setting in message, message
     assert "http-request deny" not in message  # a key's value is never shown
+
+
+def test_plan_refusal_is_shown_by_the_play_and_hides_the_key(tmp_path):
+    """The plan task keeps the backends' keys (no_log), which would hide a refusal too: the check before it
+    shows the refusal, naming the setting, never the key (before: 'the output has been hidden')."""
+    play = tmp_path / "play.yml"
+    play.write_text(textwrap.dedent("""
+        - hosts: localhost
+          gather_facts: false
+          tasks:
+            - ansible.builtin.include_vars: {role}/defaults/main.yml
+            - ansible.builtin.include_vars: {role}/vars/main.yml
+            - ansible.builtin.set_fact:
+                gateway_upstream_hosts: [localhost]
+                llmops_instances: {{qwen: {{served_model_name: qwen, port: 8000, host: 0.0.0.0}}}}
+                serving_api_keys: {{qwen: "sk-secret-17\\n    http-request deny"}}
+                gateway_api_keys: [{{name: a, key: k}}]
+            - ansible.builtin.import_tasks: {role}/tasks/plan.yml
+        """).format(role=ROLE))
+    result, recap = run_local_playbook(play, str(tmp_path))
+    output = result.stdout + result.stderr
+    assert recap.get("failed") == 1, output
+    assert "serving_api_keys[qwen] of host localhost: the key contains whitespace" in output, output
+    assert "sk-secret-17" not in output and "hidden" not in output
