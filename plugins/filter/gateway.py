@@ -6,8 +6,9 @@
 gateway's tasks and templates.
 
     {{ gateway_upstream_hosts | llmops.serving.gateway_config(hostvars, gateway_host=inventory_hostname,
-                                                               api_keys=gateway_api_keys, rate_limit=60) }}
-        -> backends (with their backend key: a secret), servers, map file contents
+                                                               api_keys=gateway_api_keys, rate_limit=60,
+                                                               settings={'port': 8443, ...}) }}
+        -> backends (with their backend key: a secret), servers, map file contents, the checked settings
     {{ config | llmops.serving.gateway_fact(url=..., admin_socket=...) }}  -> the llmops_gateway fact
     {{ 'HAProxy version 2.6.12-1+deb12u4' | llmops.serving.gateway_haproxy_version }} -> [2, 6, 12]
     {{ '10.0.0.5' | llmops.serving.gateway_server_address(8000) }}       -> 10.0.0.5:8000
@@ -22,10 +23,13 @@ __metaclass__ = type
 _wrap = filter_errors("gateway")
 
 
-def gateway_config_filter(hosts, hostvars, gateway_host=None, api_keys=(), rate_limit=60):
-    """Backends (one per served model name), servers and map files of the gateway in front of `hosts`."""
+def gateway_config_filter(hosts, hostvars, gateway_host=None, api_keys=(), rate_limit=60, settings=None):
+    """Backends (one per served model name), servers and map files of the gateway in front of `hosts`, and
+    the role's settings checked (gateway_config.SETTINGS)."""
+    if isinstance(hosts, str) or not isinstance(api_keys or (), (list, tuple)):
+        raise gateway_config.GatewayError("gateway_upstream_hosts and gateway_api_keys must be lists")
     return gateway_config.build(list(hosts or ()), hostvars, gateway_host=gateway_host,
-                                api_keys=list(api_keys or ()), rate_limit=rate_limit)
+                                api_keys=list(api_keys or ()), rate_limit=rate_limit, settings=settings)
 
 
 def gateway_fact(config, url, admin_socket):

@@ -13,10 +13,17 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import errno
+import math
+import re
 import socket
 import time
 
 STATES = ("ready", "drain", "maint")
+# HAProxy's proxy and server names: letters, digits, '-', '_', '.' and ':'. Anything else (a space, ';', a
+# newline) would end the runtime API command and start another.
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,256}$")
+# The longest wait (seconds) accepted for drain_timeout and healthy_timeout: a week.
+MAX_WAIT = 7 * 24 * 3600
 
 # srv_admin_state bits of `show servers state` (HAProxy's SRV_ADMF_*): forced, inherited, configured,
 # resolver and hostname maintenance; forced and inherited drain.
@@ -180,13 +187,38 @@ def _is_down(status):
     return status.startswith("DOWN") or status.startswith("NOLB")
 
 
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_arguments(socket_path, backend, server, state, drain_timeout, healthy_timeout, poll_interval):
+    """Refuse what HAProxy or the waits cannot take, naming the option: RuntimeApiError."""
+    if not isinstance(socket_path, str) or not socket_path or "\0" in socket_path or "\n" in socket_path:
+        raise RuntimeApiError("socket must be the path of HAProxy's admin socket (no NUL or newline), got %r"
+                              % (socket_path,))
+    for option, value in (("backend", backend), ("server", server)):
+        if not isinstance(value, str) or not _NAME_RE.match(value):
+            raise RuntimeApiError("%s %r: HAProxy names hold only letters, digits, '-', '_', '.' and ':' (%s)"
+                                  % (option, value, _HINT))
+    if state not in STATES:
+        raise RuntimeApiError("state must be one of %s, not %r" % (", ".join(STATES), state))
+    for option, value in (("drain_timeout", drain_timeout), ("healthy_timeout", healthy_timeout)):
+        if not _is_number(value) or math.isnan(value) or not 0 <= value <= MAX_WAIT:
+            raise RuntimeApiError("%s must be a number of seconds from 0 to %d, got %r"
+                                  % (option, MAX_WAIT, value))
+    if not _is_number(poll_interval) or not math.isfinite(poll_interval) or not 0 < poll_interval <= 60:
+        raise RuntimeApiError("poll_interval must be a number of seconds above 0 and at most 60, got %r"
+                              % (poll_interval,))
+
+
 def apply_state(api, backend, server, state, drain_timeout=120, wait_healthy=True, healthy_timeout=120,
                 poll_interval=0.5, check_mode=False, clock=time.monotonic, sleep=time.sleep):
     """Set backend/server to `state` and wait: sessions to end (drain/maint), health UP (ready).
 
     Returns a dict: previous_state, state, status, sessions, waited, changed. Raises RuntimeApiError with a
-    message naming backend/server and what to do on a timeout.
+    message naming backend/server and what to do on a timeout, or naming the option it cannot take.
     """
+    check_arguments(api.path, backend, server, state, drain_timeout, healthy_timeout, poll_interval)
     name = "%s/%s" % (backend, server)
     row = api.server_stat(backend, server)
     previous = api.admin_state(backend, server)

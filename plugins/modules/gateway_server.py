@@ -30,12 +30,13 @@ options:
     default: /run/haproxy/llmops-admin.sock
   backend:
     description:
-      - The backend, as named in the gateway's C(llmops_gateway) fact.
+      - The backend, as named in the gateway's C(llmops_gateway) fact (letters, digits, C(-), C(_), C(.),
+        C(:)).
     type: str
     required: true
   server:
     description:
-      - The server of O(backend), as named in the gateway's C(llmops_gateway) fact.
+      - The server of O(backend), as named in the gateway's C(llmops_gateway) fact (the same characters).
     type: str
     required: true
   state:
@@ -46,7 +47,8 @@ options:
     required: true
   drain_timeout:
     description:
-      - Seconds to wait, after V(drain) or V(maint), for the server's current sessions to reach 0.
+      - Seconds to wait, after V(drain) or V(maint), for the server's current sessions to reach 0 (0 to
+        604800).
     type: int
     default: 120
   wait_healthy:
@@ -56,12 +58,12 @@ options:
     default: true
   healthy_timeout:
     description:
-      - Seconds to wait for the health check to be UP when O(wait_healthy) is set.
+      - Seconds to wait for the health check to be UP when O(wait_healthy) is set (0 to 604800).
     type: int
     default: 120
   poll_interval:
     description:
-      - Seconds between two reads of C(show stat) while waiting.
+      - Seconds between two reads of C(show stat) while waiting (above 0, at most 60).
     type: float
     default: 0.5
 extends_documentation_fragment:
@@ -157,6 +159,9 @@ def main():
         partial = dict(exc.result or {})
         partial["changed"] = bool(partial.get("changed"))
         module.fail_json(msg=str(exc), **partial)
+    except Exception as exc:  # unexpected (an odd HAProxy answer): still one clear line, no traceback
+        module.fail_json(msg="gateway_server failed on %s/%s: %s: %s" % (p["backend"], p["server"],
+                                                                         type(exc).__name__, exc))
     module.exit_json(**result)
 
 

@@ -69,7 +69,7 @@ def test_drain_timeout_names_server_and_sessions_left(fake):
     fake.set_sessions("llm_qwen", "qwen-a", 1000)
     ticks = iter(range(0, 1000, 30))
     with pytest.raises(hr.RuntimeApiError) as err:
-        hr.apply_state(api(fake), "llm_qwen", "qwen-a", "drain", drain_timeout=60, poll_interval=0,
+        hr.apply_state(api(fake), "llm_qwen", "qwen-a", "drain", drain_timeout=60, poll_interval=0.01,
                        clock=lambda: next(ticks), sleep=no_sleep)
     msg = str(err.value)
     assert "llm_qwen/qwen-a" in msg and "session(s) after 60s" in msg and "drain_timeout" in msg
@@ -80,7 +80,7 @@ def test_down_server_fails_fast_or_drains_at_once(fake):
     fake.set_health("llm_qwen", "qwen-a", "DOWN")
     fake.set_sessions("llm_qwen", "qwen-a", 2)
     with pytest.raises(hr.RuntimeApiError, match="is DOWN with 2 session"):
-        hr.apply_state(api(fake), "llm_qwen", "qwen-a", "drain", drain_timeout=3600, poll_interval=0,
+        hr.apply_state(api(fake), "llm_qwen", "qwen-a", "drain", drain_timeout=3600, poll_interval=0.01,
                        sleep=no_sleep)
     fake.set_sessions("llm_qwen", "qwen-a", 0)
     result = hr.apply_state(api(fake), "llm_qwen", "qwen-a", "maint", drain_timeout=3600)
@@ -125,3 +125,28 @@ def test_socket_missing_refused_and_denied(tmp_path):
 
     with pytest.raises(hr.RuntimeApiError, match="permission denied.*become"):
         hr.RuntimeApi("/run/haproxy/x.sock", send=denied).command("show stat")
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("poll_interval", -1, "poll_interval must be a number of seconds above 0"),
+    ("poll_interval", 0, "poll_interval must be"),
+    ("poll_interval", float("nan"), "poll_interval must be"),
+    ("poll_interval", float("inf"), "poll_interval must be"),
+    ("drain_timeout", -5, "drain_timeout must be a number of seconds from 0"),
+    ("healthy_timeout", 10 ** 12, "healthy_timeout must be"),
+    ("backend", "llm_qwen; disable frontend llmops_gateway", "backend .* HAProxy names hold only"),
+    ("server", "qwen-a\nshutdown sessions server llm_qwen/qwen-b", "server .* HAProxy names hold only"),
+    ("server", "", "server '': HAProxy names"),
+    ("state", "up", "state must be one of ready, drain, maint"),
+])
+def test_bad_arguments_refused_before_any_command(fake, option, value, message):
+    args = {"backend": "llm_qwen", "server": "qwen-a", "state": "drain", "poll_interval": 0.5}
+    args[option] = value
+    with pytest.raises(hr.RuntimeApiError, match=message):
+        hr.apply_state(api(fake), **args)
+    assert fake.commands == []  # nothing reached HAProxy
+
+
+def test_socket_path_with_nul_refused():
+    with pytest.raises(hr.RuntimeApiError, match="socket must be the path"):
+        hr.apply_state(hr.RuntimeApi("/run/x\0.sock"), "b", "s", "drain")

@@ -17,13 +17,13 @@ import pytest
 from ansible_collections.llmops.serving.plugins.modules import gateway_server
 
 from tests.fixtures.fake_haproxy import FakeHaproxy
+from tests.fixtures.gateway_render import free_port
 from tests.helpers import assert_docs_match_argument_spec, run_module_file
 from tests.unit.plugins.modules.test_gguf_module import capture_module_kwargs
 
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
 needs_haproxy = pytest.mark.skipif(HAPROXY is None,
                                    reason="haproxy is not installed (not on PATH nor in /usr/sbin)")
-FRONT, PORT_A, PORT_B = 18233, 18234, 18235
 
 
 def test_documentation_matches_argument_spec():
@@ -80,6 +80,7 @@ SLOW_SERVER = textwrap.dedent("""
 
 @pytest.fixture
 def real_haproxy(tmp_path):
+    front, port_a, port_b = free_port(), free_port(), free_port()
     sock = str(tmp_path / "admin.sock")
     (tmp_path / "srv.py").write_text(SLOW_SERVER)
     (tmp_path / "haproxy.cfg").write_text(textwrap.dedent("""
@@ -98,16 +99,16 @@ def real_haproxy(tmp_path):
             option httpchk GET /health
             server qwen-a 127.0.0.1:{a} check inter 300ms
             server qwen-b 127.0.0.1:{b} check inter 300ms
-        """).format(sock=sock, front=FRONT, a=PORT_A, b=PORT_B))
+        """).format(sock=sock, front=front, a=port_a, b=port_b))
     procs = [subprocess.Popen([sys.executable, str(tmp_path / "srv.py"), str(port), name])
-             for port, name in ((PORT_A, "a"), (PORT_B, "b"))]
+             for port, name in ((port_a, "a"), (port_b, "b"))]
     procs.append(subprocess.Popen([HAPROXY, "-f", str(tmp_path / "haproxy.cfg"), "-db"],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     deadline = time.time() + 10
     while not os.path.exists(sock) and time.time() < deadline:
         time.sleep(0.1)
     try:
-        yield sock, procs
+        yield sock, procs, front
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -117,7 +118,7 @@ def real_haproxy(tmp_path):
 
 @needs_haproxy
 def test_real_haproxy_drain_waits_for_request_in_flight(tmp_path, real_haproxy):
-    sock, _ = real_haproxy
+    sock, _, front = real_haproxy
     args = {"socket": sock, "backend": "llm_qwen", "server": "qwen-a", "poll_interval": 0.1}
     ready = run_module(tmp_path, dict(args, state="ready", healthy_timeout=10))
     assert not ready.get("failed"), ready
@@ -125,7 +126,7 @@ def test_real_haproxy_drain_waits_for_request_in_flight(tmp_path, real_haproxy):
     # Send slow requests until one lands on qwen-a (round robin), then drain qwen-a while it is in flight.
     answers = []
     threads = [threading.Thread(target=lambda: answers.append(
-        urllib.request.urlopen("http://127.0.0.1:%d/slow" % FRONT, timeout=20).read())) for _ in range(2)]
+        urllib.request.urlopen("http://127.0.0.1:%d/slow" % front, timeout=20).read())) for _ in range(2)]
     for thread in threads:
         thread.start()
     time.sleep(0.5)
@@ -139,7 +140,7 @@ def test_real_haproxy_drain_waits_for_request_in_flight(tmp_path, real_haproxy):
         thread.join(timeout=20)
     assert sorted(answers) == [b"a", b"b"]  # the request on the drained server completed
     # While drained, new requests go to qwen-b only.
-    url = "http://127.0.0.1:%d/" % FRONT
+    url = "http://127.0.0.1:%d/" % front
     assert {urllib.request.urlopen(url, timeout=5).read() for _ in range(4)} == {b"b"}
     back = run_module(tmp_path, dict(args, state="ready", healthy_timeout=10))
     assert back["changed"] is True and back["previous_state"] == "drain" and back["status"] == "UP"
@@ -147,7 +148,7 @@ def test_real_haproxy_drain_waits_for_request_in_flight(tmp_path, real_haproxy):
 
 @needs_haproxy
 def test_real_haproxy_unknown_names_and_down_server(tmp_path, real_haproxy):
-    sock, procs = real_haproxy
+    sock, procs, _ = real_haproxy
     args = {"socket": sock, "backend": "llm_qwen", "server": "qwen-z", "state": "drain"}
     assert "no server 'qwen-z'" in run_module(tmp_path, args)["msg"]
     assert "no backend 'llm_x'" in run_module(tmp_path, dict(args, backend="llm_x"))["msg"]
@@ -159,3 +160,20 @@ def test_real_haproxy_unknown_names_and_down_server(tmp_path, real_haproxy):
     assert drained["status"].startswith("DOWN") and drained["waited"] < 5
     stuck = run_module(tmp_path, dict(args, server="qwen-a", state="ready", healthy_timeout=1))
     assert stuck["failed"] and "llm_qwen/qwen-a is not UP after 1s" in stuck["msg"]
+
+
+@pytest.mark.parametrize("args,message", [
+    ({"poll_interval": -1}, "poll_interval must be a number of seconds above 0"),
+    ({"poll_interval": 0}, "poll_interval must be"),
+    ({"poll_interval": "nan"}, "poll_interval must be"),
+    ({"drain_timeout": -1}, "drain_timeout must be"),
+    ({"backend": "b;show sess"}, "HAProxy names hold only"),
+    ({"server": "s\nshutdown sessions server b/s"}, "HAProxy names hold only"),
+    ({"socket": "/run/x\u0000.sock"}, "socket must be the path"),
+])
+def test_bad_arguments_give_a_clear_message_not_a_traceback(tmp_path, fake, args, message):
+    base = {"socket": fake.socket_path, "backend": "llm_qwen", "server": "qwen-a", "state": "drain"}
+    result = run_module(tmp_path, dict(base, **args))
+    assert result["failed"] and message in result["msg"], result
+    assert "Traceback" not in result.get("module_stderr", "") and "exception" not in result
+    assert fake.commands == []
