@@ -171,7 +171,7 @@ def _run(o, check_mode, t0, progress, set_attributes):
     progress.set(state="resolving")
     if check_mode:
         return check_mode_result(decide(o, layout), t0)
-    if store.real_dir(layout.parent, "the parent of dest") is None:
+    if not os.path.isdir(layout.parent):  # the user's directory: a link to it (/home/models -> /data) is fine
         os.makedirs(layout.parent)
     lock = DestLock.acquire(layout.lock, o["lock_timeout"], layout.name, progress)
     try:
@@ -240,9 +240,9 @@ def _keep(plan, why):
     store.scan(snap, [f["path"] for f in m["files"]])
     for entry in m["files"]:
         st = store.file_stat(snap, entry["path"])
-        if st is None:
-            raise DownloadError("%s/%s is missing from the current snapshot (removed by hand?): rerun with "
-                                "force_verify: true to rebuild it" % (plan.layout.dest, entry["path"]))
+        if st is None:  # removed by hand: repaired like a damaged file
+            plan.checked.append((entry, "missing"))
+            continue
         trusted = store.matches(entry, st) and not o["force_verify"]
         plan.checked.append((entry, "keep" if trusted else "hash"))
     plan.notes.insert(0, why)
@@ -388,6 +388,9 @@ def _verify_current(plan, progress):
     for entry, action in plan.checked:
         if action == "keep":
             progress.add(entry["size"])
+            continue
+        if action == "missing":
+            damaged.append((entry, "nothing (the file is missing)"))
             continue
         progress.set(state="hashing", file=entry["path"])
         path = os.path.join(snap, *entry["path"].split("/"))
@@ -554,7 +557,7 @@ def _link(plan, step, build, journal, progress):
     dst = os.path.join(build, *f.path.split("/"))
     store.make_dirs(build, f.path)
     try:
-        os.link(src, dst)
+        os.link(src, dst, follow_symlinks=False)  # a link swapped in meanwhile is linked, never followed
     except OSError as e:
         if e.errno in LINK_FALLBACK:
             plan.notes.append("cannot hard-link %s (%s): fetched instead" % (f.path, os.strerror(e.errno)))
@@ -593,6 +596,7 @@ def _attributes(snap, manifest, set_attributes):
         segs = entry["path"].split("/")
         for i in range(1, len(segs)):
             dirs.add("/".join(segs[:i]))
+    changed = set_attributes(snap, True) or changed
     for rel in sorted(dirs):
         changed = set_attributes(os.path.join(snap, *rel.split("/")), True) or changed
     for entry in manifest["files"]:
@@ -788,9 +792,13 @@ def check_mode_result(plan, t0):
         if todo:
             lines.append("would hash %d file(s) the manifest does not vouch for (%s)"
                          % (len(todo), ", ".join(e["path"] for e in todo[:5])))
+        missing = [e["path"] for e, a in plan.checked if a == "missing"]
+        if missing:
+            lines.append("would repair the snapshot: %d file(s) missing (%s)"
+                         % (len(missing), ", ".join(missing[:5])))
         after = before
         files = plan.manifest["files"]
-        changed = False
+        changed = bool(missing)
         total = plan.manifest.get("total_size")
     else:
         fetch = 0
@@ -822,7 +830,7 @@ def check_mode_result(plan, t0):
         "id": plan.ident, "sha256": store.content_sha256(files) if plan.mode == "keep" else None,
         "total_size": total, "file_count": len(files), "downloaded_bytes": 0,
         "resumed_from": sum(s.resumable for s in plan.steps), "reused_bytes": 0, "fetched": [],
-        "verified": ("manifest" if plan.mode == "keep" and not any(a == "hash" for _e, a in plan.checked)
+        "verified": ("manifest" if plan.mode == "keep" and all(a == "keep" for _e, a in plan.checked)
                      else None),
         "update_available": plan.update_available, "previous": None, "elapsed_s": round(time.time() - t0, 3),
         "actions": [{"path": s.f.path, "action": s.action, "reason": s.reason} for s in plan.steps],

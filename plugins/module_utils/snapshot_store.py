@@ -328,7 +328,7 @@ def collect(layout, keep):
 
 def quarantine_into(layout, path, rel):
     """Move bytes that failed verification to ``<store>/corrupt/<rel with / as %2F>.corrupt-<UTC time>``."""
-    ensure_dir(layout.corrupt, "the quarantine folder")
+    ensure_dir(layout.corrupt, "the quarantine folder", 0o700)  # bytes nobody vouches for: root only
     base = rel.replace("%", "%25").replace("/", "%2F")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     q = os.path.join(layout.corrupt, "%s.corrupt-%s" % (base, stamp))

@@ -181,6 +181,18 @@ def test_damaged_file_in_the_served_snapshot_is_repaired_beside_it(qhub, dest):
     assert not again["changed"] and again["verified"] == "manifest"
 
 
+def test_file_removed_from_the_served_snapshot_is_fetched_into_a_repaired_one(qhub, dest):
+    sn.run(snapshot_params(qhub, dest))
+    size = os.path.getsize(str(dest / "tokenizer.json"))
+    os.unlink(str(dest / "tokenizer.json"))
+    checked = sn.run(snapshot_params(qhub, dest), check_mode=True)
+    assert checked["changed"] and "would repair the snapshot: 1 file(s) missing" in checked["msg"]
+    qhub.reset_stats()
+    r = sn.run(snapshot_params(qhub, dest))
+    assert r["changed"] and served(dest) == qhub.digests and r["fetched"] == ["tokenizer.json"]
+    assert body_bytes(qhub) == r["downloaded_bytes"] == size
+
+
 # =============================================================================================
 # kill -9 mid-snapshot, then resume
 # =============================================================================================
