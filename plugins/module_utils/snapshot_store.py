@@ -361,4 +361,3 @@ def dumps_lines(manifest):
     for f in sorted(manifest.get("files") or [], key=lambda x: x["path"]):
         lines.append("%s %d %s" % (f["path"], f["size"], f.get("sha256") or f.get("git_sha1")))
     return "\n".join(lines) + "\n"
-
