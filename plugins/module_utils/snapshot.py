@@ -209,6 +209,13 @@ def decide(o, layout):
                 return _keep(plan, "revision %s is still commit %s" % (o["revision"], plan.commit))
             if m and same_patterns and plan.commit and not o["update"]:
                 return _moved(plan, plan.commit)
+            if m and plan.commit and m.get("commit") and m["commit"] != plan.commit and not o["update"]:
+                # new patterns, same commit: the moved branch waits for update: true
+                plan.notes.append("the patterns changed; the snapshot is rebuilt at its commit %s (revision "
+                                  "%s is now %s: set update: true to fetch it)"
+                                  % (m["commit"], o["revision"], plan.commit))
+                plan.update_available = True
+                plan.commit = m["commit"]
             listed = select(list_files(o, session, plan.commit), o["allow_patterns"], o["ignore_patterns"])
         except DownloadError as e:
             status = e.result.get("status")

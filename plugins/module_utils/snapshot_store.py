@@ -43,7 +43,10 @@ from ansible_collections.llmops.serving.plugins.module_utils.safe_files import (
     read_json,
     write_json_atomic,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.snapshot_listing import MANIFEST_NAME
+from ansible_collections.llmops.serving.plugins.module_utils.snapshot_listing import (
+    MANIFEST_NAME,
+    path_problem,
+)
 
 __metaclass__ = type
 
@@ -129,11 +132,15 @@ def current(layout):
 
 
 def read_manifest(snap_dir):
+    """The manifest of a snapshot, or None when it is absent, unreadable, of another version, or names a path
+    that could not be a file of the snapshot (a forged ``../``: never used to read or write anything)."""
     m = read_json(manifest_path(snap_dir))
     if not m or m.get("version") != MANIFEST_VERSION or not isinstance(m.get("files"), list):
         return None
     for f in m["files"]:
         if not (isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("size"), int)):
+            return None
+        if path_problem(f["path"]):
             return None
     return m
 

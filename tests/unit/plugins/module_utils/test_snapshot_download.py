@@ -196,6 +196,21 @@ def test_file_removed_from_the_served_snapshot_is_fetched_into_a_repaired_one(qh
 # =============================================================================================
 # kill -9 mid-snapshot, then resume
 # =============================================================================================
+def kept_by(build):
+    """What a killed run left in the build: finished files, and the ranges each .part.json says are on disk
+    (a state left beside a file renamed just before the kill counts once, as the file)."""
+    try:
+        # (glob would skip .gitattributes; a state being written at the kill is a temporary file, not data)
+        names = [n for n in os.listdir(str(build)) if not n.endswith(".tmp")]
+        finished = [n for n in names if not n.endswith((".part", ".part.json"))]
+        ranges = [json.load(open(str(build / n)))["done"] for n in names
+                  if n.endswith(".part.json") and n[:-len(".part.json")] not in finished]
+        finished = [str(build / n) for n in finished]
+    except (OSError, ValueError):
+        return 0, []
+    return sum(os.path.getsize(p) for p in finished) + sum(b - a for done in ranges for a, b in done), ranges
+
+
 def test_kill_9_mid_snapshot_resumes_the_bytes_it_had(tmp_path, dest):
     """SIGKILL of the module process while the shards arrive: dest is untouched, and the next run fetches
     exactly what was missing (finished files from the journal, partial ones from their .part ranges)."""
@@ -208,19 +223,18 @@ def test_kill_9_mid_snapshot_resumes_the_bytes_it_had(tmp_path, dest):
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "collections"))
         p = subprocess.Popen([sys.executable, os.path.join(ROOT, "plugins", "modules", "model_snapshot.py"),
                               str(f)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        time.sleep(3.0)
+        build = dest.parent / ".Qwen3.6-27B-FP8.snapshots" / (hub.commit(REPO) + ".partial")
+        deadline = time.monotonic() + 60
+        while kept_by(build)[0] < 512 * 1024 and time.monotonic() < deadline:  # mid-way, whatever the load
+            assert p.poll() is None, p.communicate()
+            time.sleep(0.05)
         p.send_signal(signal.SIGKILL)
         p.communicate()
-        time.sleep(0.6)  # let the hub log the cut responses before the stats reset
+        while hub.state.active and time.monotonic() < deadline:  # the hub logs the cut responses first
+            time.sleep(0.05)
         assert not os.path.lexists(str(dest))
-        store_dir = dest.parent / ".Qwen3.6-27B-FP8.snapshots"
-        build = store_dir / (hub.commit(REPO) + ".partial")
-        # what the killed run left: finished files, and the ranges each .part.json says are on disk
-        names = os.listdir(str(build))  # (glob would skip .gitattributes)
-        finished = [str(build / n) for n in names if not n.endswith((".part", ".part.json"))]
-        ranges = [json.load(open(str(build / n)))["done"] for n in names if n.endswith(".part.json")]
-        kept = sum(os.path.getsize(p) for p in finished) + sum(b - a for done in ranges for a, b in done)
-        assert ranges and kept >= 256 * 1024, (finished, ranges)
+        kept, ranges = kept_by(build)
+        assert ranges and kept >= 512 * 1024, ranges
         hub.clear_faults()
         hub.reset_stats()
         r = sn.run(snapshot_params(hub, dest))
@@ -295,6 +309,29 @@ def test_kill_between_build_and_switch_never_leaves_a_mix(qhub, dest, monkeypatc
 # =============================================================================================
 # the manifest's fast path
 # =============================================================================================
+def test_new_patterns_rebuild_at_the_same_commit_unless_update(qhub, dest):
+    first = sn.run(snapshot_params(qhub, dest))
+    new_commit = qhub.move_main(REPO)  # (the fake hub serves the same files at every commit)
+    qhub.reset_stats()
+    r = sn.run(snapshot_params(qhub, dest, ignore_patterns=["*.md"]))
+    assert r["commit"] == first["commit"] and r["update_available"] and "patterns changed" in r["msg"]
+    assert "/tree/%s?" % first["commit"] in str(qhub.requests())  # listed at the snapshot's commit
+    assert "README.md" not in served(dest) and r["downloaded_bytes"] == 0  # all linked from the snapshot
+    r = sn.run(snapshot_params(qhub, dest, ignore_patterns=["*.md"], update=True))
+    assert r["commit"] == new_commit and r["downloaded_bytes"] == 0
+
+
+def test_forged_manifest_path_is_never_used(qhub, dest, tmp_path):
+    first = sn.run(snapshot_params(qhub, dest))
+    manifest = json.load(open(first["manifest"]))
+    manifest["files"][0]["path"] = "../../../escaped"
+    with open(first["manifest"], "w") as f:
+        json.dump(manifest, f)
+    r = sn.run(snapshot_params(qhub, dest))  # the manifest is not trusted: a fresh snapshot replaces it
+    assert r["changed"] and served(dest) == qhub.digests and "no valid manifest" in r["msg"]
+    assert not os.path.lexists(str(tmp_path / "escaped")) and not os.path.exists(first["snapshot_dir"])
+
+
 def test_rerun_trusts_the_manifest_and_hashes_only_what_changed(qhub, dest, monkeypatch):
     sn.run(snapshot_params(qhub, dest))
     hashed = []
