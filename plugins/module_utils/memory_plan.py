@@ -767,15 +767,25 @@ ONLINE_8BIT = ("fp8", "int8", "fbgemm_fp8", "experts_int8", "ptpc_fp8")
 
 def vllm_model_summary(model_dir):
     """What the vLLM planner needs from an HF model directory: config.json (the text_config of a
-    multimodal Qwen3.5/3.6 config wins) and the bytes of its *.safetensors files."""
+    multimodal Qwen3.5/3.6 config wins) and the bytes of its top-level *.safetensors files."""
     path = os.path.join(model_dir, "config.json")
     try:
         with open(path) as f:
             config = json.load(f)
     except (IOError, OSError, ValueError) as exc:
         raise PlanError("cannot read %s: %s" % (path, exc)) from None
+    weights = 0
+    for name in sorted(os.listdir(model_dir)):
+        if name.endswith(".safetensors"):
+            weights += os.path.getsize(os.path.join(model_dir, name))
+    return vllm_summary(config, weights, model_dir, path)
+
+
+def vllm_summary(config, weights, model_dir, where="config.json"):
+    """vllm_model_summary() from what it reads: the parsed config.json and the bytes of the *.safetensors
+    files (safetensors_info gives them from the hub's listing and headers before anything is downloaded)."""
     if not isinstance(config, dict):
-        raise PlanError("%s is not a JSON object" % path)
+        raise PlanError("%s is not a JSON object" % where)
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     cfg = dict(config)
     cfg.update(text)
@@ -790,10 +800,6 @@ def vllm_model_summary(model_dir):
                      for i in range(layers)]
         else:
             kinds = ["full_attention"] * layers
-    weights = 0
-    for name in sorted(os.listdir(model_dir)):
-        if name.endswith(".safetensors"):
-            weights += os.path.getsize(os.path.join(model_dir, name))
     return {
         "model_dir": model_dir,
         "architectures": cfg.get("architectures") or config.get("architectures"),

@@ -121,6 +121,22 @@ def resolve_model(model, models_fact, instance="instance"):
         "first or give the GGUF path" % (instance, model, ", ".join(sorted(models_fact)) or "empty"))
 
 
+def check_model_kind(model, models_fact, engine, instance="instance"):
+    """A vLLM instance serves a model directory (a model_models item with snapshot: true), llama.cpp a GGUF
+    file: naming the other kind would fail later, at the node's model check or at the engine's start."""
+    entry = (models_fact or {}).get(model) if isinstance(model, str) else None
+    if not isinstance(entry, dict):
+        return
+    if engine == "vllm" and not entry.get("snapshot") and str(entry.get("path") or "").endswith(".gguf"):
+        raise ServingError("%s (vllm): model_models item %s is a GGUF file (%s); vLLM serves a model "
+                           "directory: add a model_models item with repo and snapshot: true (the safetensors "
+                           "checkpoint) and name it here" % (instance, model, entry.get("path")))
+    if engine != "vllm" and entry.get("snapshot"):
+        raise ServingError("%s (%s): model_models item %s is a snapshot (a model directory for vLLM); "
+                           "llama.cpp serves a GGUF file: name a model_models item with filename"
+                           % (instance, engine, model))
+
+
 def _instance_name(raw, names):
     if not isinstance(raw, dict) or not raw.get("name"):
         raise ServingError("each instance needs a name: %r" % (raw,))
@@ -448,6 +464,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
         gpu_list = normalize_gpus(raw.get("gpus"), gpus, "instance %s" % name)
         claim_gpus(owners, gpu_list, name)
         model_path, model_sha = resolve_model(raw.get("model"), models, "instance %s" % name)
+        check_model_kind(raw.get("model"), models, engine, "instance %s" % name)
         settings = ray_settings(raw, instance_settings(raw, defaults, engine), engine, name)
         mode = (by_engine(mode_override, engine, "serving_mode") or raw.get("mode") or build.get("mode")
                 or "host")

@@ -6,8 +6,9 @@
 
 serving_instances + serving_default_settings + what is known of each model + llmops_gpus -> the module's
 `instances` and `gpus`. Used twice: in preflight, before anything is downloaded (a model's metadata is the
-header gguf_info read from the hub: llmops_model_headers), and in the serve stage, before anything restarts
-(the downloaded file's metadata: llmops_models[name].gguf).
+header gguf_info read from the hub, or a vLLM snapshot's config.json and safetensors headers that
+safetensors_info read from it: llmops_model_headers), and in the serve stage, before anything restarts (the
+downloaded file's metadata: llmops_models[name].gguf, or the snapshot directory llmops_models[name].dir).
 
 A GPU held by an instance that runs now counts as free: the instance owns its GPUs exclusively (the instance
 planner refuses sharing) and its restart frees what it holds, so the plan of a running node is the plan of
@@ -40,6 +41,11 @@ def _model_input(raw, engine, models, headers):
     if engine == "vllm":
         if entry.get("dir") or entry.get("path"):
             return {"model_dir": entry.get("dir") or entry.get("path")}
+        # a model_models snapshot not downloaded yet: config.json and shard sizes read from the hub
+        # (safetensors_info, roles/model/tasks/headers.yml)
+        remote = ((headers or {}).get(model) or {}).get("vllm")
+        if remote:
+            return {"model": remote}
         return {"model_dir": model} if str(model).startswith("/") else None
     gguf = entry.get("gguf") or (headers or {}).get(model) or {}
     if gguf.get("layer_bytes"):

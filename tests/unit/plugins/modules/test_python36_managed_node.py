@@ -66,6 +66,28 @@ def test_model_download_runs_under_python36(tmp_path, py36path):
         hub.stop()
 
 
+def test_model_snapshot_and_safetensors_info_run_under_python36(tmp_path, py36path):
+    from tests.fixtures.fake_hub import checkpoint
+
+    digests = checkpoint.write_checkpoint(tmp_path / "hub" / "Qwen" / "Qwen3.6-27B-FP8")
+    hub = FakeHub(str(tmp_path / "hub")).start()
+    try:
+        dest = tmp_path / "models" / "Qwen3.6-27B-FP8"
+        args = dict(repo=checkpoint.REPO, endpoint=hub.url, dest=str(dest), connections=3,
+                    free_space_margin=0)
+        first = run36(tmp_path, py36path, "model_snapshot", args)
+        assert not first.get("failed"), first
+        assert first["changed"] and first["file_count"] == len(digests) and first["verified"] == "download"
+        again = run36(tmp_path, py36path, "model_snapshot", args)
+        assert not again["changed"] and again["verified"] == "manifest"
+        remote = run36(tmp_path, py36path, "safetensors_info", dict(repo=checkpoint.REPO, endpoint=hub.url))
+        local = run36(tmp_path, py36path, "safetensors_info", dict(path=str(dest)))
+        assert not remote.get("failed") and not local.get("failed"), (remote, local)
+        assert remote["vllm"]["weights_bytes"] == local["vllm"]["weights_bytes"] > 0
+    finally:
+        hub.stop()
+
+
 def test_gguf_info_runs_under_python36(tmp_path, py36path):
     vocab = [p for p in llama_cpp_source.vocab_models() if p.endswith("ggml-vocab-qwen35.gguf")][0]
     result = run36(tmp_path, py36path, "gguf_info", {"path": vocab})

@@ -53,6 +53,19 @@ def test_vllm_gets_its_model_directory():
     assert out["instances"][0]["settings"] == {"tensor_parallel_size": 2}
 
 
+def test_vllm_snapshot_not_downloaded_is_planned_from_the_hub_then_from_its_directory():
+    """Preflight: model_models' snapshot has no directory yet, safetensors_info read config.json and the shard
+    headers from the hub; the serve stage reads the snapshot directory llmops_models names."""
+    vllm = {"num_hidden_layers": 64, "weights_bytes": 29 * 1024 ** 3, "model_dir": "hub"}
+    inst = [{"name": "v", "engine": "vllm", "model": "qwen3.6-27b-fp8", "gpus": [0, 1]}]
+    assert _one(inst, headers={"qwen3.6-27b-fp8": {"vllm": vllm}})["instances"][0]["model"] == vllm
+    served = _one(inst, models={"qwen3.6-27b-fp8": {"path": "/home/models/Qwen3.6-27B-FP8",
+                                                     "dir": "/home/models/Qwen3.6-27B-FP8"}},
+                  headers={"qwen3.6-27b-fp8": {"vllm": vllm}})
+    assert served["instances"][0]["model_dir"] == "/home/models/Qwen3.6-27B-FP8"
+    assert _one(inst, headers={"qwen3.6-27b-fp8": {"architecture": "qwen35"}})["instances"] == []
+
+
 def test_running_instance_gpus_count_as_free_and_the_fact_is_not_modified():
     out = _one([{"name": "q", "model": "/m.gguf", "gpus": ["GPU-00000002-aaaa-bbbb-cccc-dddddddddddd"]}],
                running_units=["llama-server-q.service"], unit_prefix={"llama.cpp": "llama-server-"})

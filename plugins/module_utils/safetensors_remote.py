@@ -1,0 +1,159 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""safetensors_info for a model that is not downloaded yet: what the vLLM memory planner reads from a model
+directory (config.json and the *.safetensors sizes, memory_plan.vllm_model_summary), taken from the hub
+before anything is fetched, as gguf_remote does for a GGUF.
+
+* The commit and the file listing come from snapshot_listing (model_snapshot's own: the same commit
+  resolution, bounds and hostile-path refusals), filtered by the same allow/ignore patterns, so the plan is
+  made for exactly the files model_snapshot will fetch.
+* ``config.json`` is fetched from ``/resolve/<commit>/`` (at most 4 MiB) and checked against the listing's
+  checksum (git blob id or sha256) before it is parsed.
+* Each top-level ``*.safetensors`` shard: two HTTP Range requests, the 8-byte header length, then the
+  header (at most ``safetensors.MAX_HEADER_BYTES``), read through gguf_remote's range reader (a server that
+  ignores Range is refused without reading the body; the size comes from Content-Range and must equal the
+  listing's). The header is checked as the safetensors library does (its tensors must end exactly at the
+  listed size). The tensor data is never requested.
+* The token rules are model_download's: sent only to the endpoint's origin, never in a message.
+
+Plain Python 3.6, standard library only; importable without Ansible.
+"""
+from __future__ import absolute_import, division, print_function
+
+import hashlib
+import json
+import os
+import tempfile
+
+from ansible_collections.llmops.serving.plugins.module_utils import safetensors
+from ansible_collections.llmops.serving.plugins.module_utils.download_http import (
+    Session,
+    refuse_html,
+    status_error,
+    with_retries,
+)
+from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (
+    DownloadError,
+    redact_url,
+)
+from ansible_collections.llmops.serving.plugins.module_utils.download_options import normalize
+from ansible_collections.llmops.serving.plugins.module_utils.download_source import Target, resolve_url
+from ansible_collections.llmops.serving.plugins.module_utils.gguf_remote import _RangeFile
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan import vllm_summary
+from ansible_collections.llmops.serving.plugins.module_utils.snapshot_listing import (
+    MANIFEST_NAME,
+    Budget,
+    list_files,
+    read_capped,
+    resolve_commit,
+    select,
+)
+
+__metaclass__ = type
+
+MIB = 1 << 20
+CONFIG_MAX_BYTES = 4 * MIB
+REMOTE_OPTIONS = ("source", "repo", "revision", "endpoint", "token", "validate_certs", "timeout", "retries",
+                  "retry_delay")
+REMOTE_DEFAULTS = {"retries": 2, "retry_delay": 1.0}
+# download_options.normalize() checks a destination; this module writes nothing, the path is never used.
+NO_DEST = os.path.join(tempfile.gettempdir(), "llmops-safetensors-info-writes-nothing")
+
+
+class _Reader:
+    """What gguf_remote's range reader needs of its owner: the session, the options, the window sizes (8
+    bytes first: the header length; then exactly the header) and the bytes read."""
+
+    def __init__(self, options, session):
+        self.options = options
+        self.session = session
+        self.first_window = 8
+        self.max_window = safetensors.MAX_HEADER_BYTES
+        self.bytes_read = 0
+
+
+class _Counting(Session):
+    def __init__(self, *args, **kwargs):
+        Session.__init__(self, *args, **kwargs)
+        self.requests = 0
+
+    def request(self, *args, **kwargs):
+        self.requests += 1
+        return Session.request(self, *args, **kwargs)
+
+
+def _options(params):
+    given = dict(REMOTE_DEFAULTS)
+    given.update((k, params[k]) for k in REMOTE_OPTIONS if params.get(k) is not None)
+    # model_download's rules want a file name with a repo; the manifest's name stands in (never requested)
+    return normalize(dict(given, filename=MANIFEST_NAME, dest=NO_DEST))
+
+
+def _config(o, session, rev, entry, name):
+    url = resolve_url(o, "config.json", rev)
+
+    def get():
+        resp, final = session.request("GET", url, auth_origin=o["auth_origin"])
+        if resp.status != 200:
+            raise status_error(resp, url, "GET config.json of %s" % o["repo"])
+        refuse_html(resp, "config.json", final)
+        return read_capped(resp, Budget(CONFIG_MAX_BYTES, 1), session, "config.json of %s" % name)
+    body = with_retries(get, o["retries"], o["retry_delay"], "config.json of %s" % name)
+    if len(body) != entry.size:
+        raise DownloadError("config.json of %s: %d bytes, the listing says %d"
+                            % (name, len(body), entry.size))
+    if entry.sha256 and hashlib.sha256(body).hexdigest() != entry.sha256:
+        raise DownloadError("config.json of %s does not match the listing's sha256: refused" % name)
+    if entry.git_sha1 and hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest() != entry.git_sha1:
+        raise DownloadError("config.json of %s does not match the listing's git blob id: refused" % name)
+    try:
+        return json.loads(body.decode("utf-8"))
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        raise DownloadError("config.json of %s is not JSON" % name) from None
+
+
+def _shard(o, reader, rev, f, name):
+    """parse_header() of one remote shard: 8 bytes, then the header, with Range requests."""
+    t = Target(f.path, resolve_url(o, f.path, rev), None)
+    t.size = f.size
+    label = "%s %s" % (name, f.path)
+    source = _RangeFile(reader, t, label, 8 + safetensors.MAX_HEADER_BYTES)
+    if source.size != f.size:
+        raise DownloadError("%s: the hub serves %s bytes, the listing says %d" % (label, source.size, f.size))
+    source.seek(0)
+    n = safetensors.header_length(source.read(8), f.size, label)
+    source.seek(8)
+    raw = source.read(n)
+    info = safetensors.parse_header(raw, f.size, label)
+    info.update(name=f.path, size=f.size)
+    return info
+
+
+def remote_summary(params, allow=None, ignore=None, model_dir=None):
+    """{"vllm": the planner's summary, "shards": [...], "commit", "id", "remote": {url, bytes_read, requests}}
+    of a hub repo's model files (allow/ignore as model_snapshot's patterns). Raises DownloadError or
+    safetensors.SafetensorsError; neither contains the token."""
+    o = _options(params)
+    session = _Counting(o["token"], o["timeout"], o["validate_certs"])
+    reader = _Reader(o, session)
+    name = "%s@%s" % (o["repo"], o["revision"])
+    try:
+        commit = resolve_commit(o, session)
+        rev = commit or o["revision"]
+        files = select(list_files(o, session, commit), allow, ignore)
+        by_path = dict((f.path, f) for f in files)
+        if "config.json" not in by_path:
+            raise DownloadError("%s at %s has no config.json (among the files the patterns select): not a "
+                                "model vLLM can load" % (o["repo"], rev))
+        config = _config(o, session, rev, by_path["config.json"], name)
+        shards = [_shard(o, reader, rev, f, name) for f in sorted(files, key=lambda x: x.path)
+                  if safetensors.is_weights(f.path)]
+    finally:
+        session.close()
+    where = model_dir or "%s/%s at %s" % (redact_url(o["endpoint"]), o["repo"], rev)
+    summary = vllm_summary(config, sum(s["size"] for s in shards), where, "config.json of %s" % name)
+    return {"vllm": summary, "shards": shards, "commit": commit,
+            "remote": {"url": "%s/%s" % (redact_url(o["endpoint"]), o["repo"]), "revision": rev,
+                       "bytes_read": reader.bytes_read, "requests": session.requests}}

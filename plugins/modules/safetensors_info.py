@@ -1,0 +1,182 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: safetensors_info
+short_description: Describe a vLLM model directory (config.json and safetensors headers), local or on the hub
+description:
+  - Returns what the vLLM memory planner (M(llmops.serving.serving_plan)) reads from a model directory - the
+    model's C(config.json) (the C(text_config) of a multimodal Qwen3.5/3.6 config wins) and the bytes of its
+    top-level C(*.safetensors) shards - as RV(vllm), plus every shard's checked header in RV(shards).
+  - Each shard's header is checked as the safetensors library checks it - a header length within 16 MiB and
+    the file, known dtypes, shapes of non-negative integers, each tensor's byte count equal to its shape times
+    its dtype, the tensors back to back from offset 0 and ending exactly at the end of the file (a truncated
+    download is caught without hashing). Only the 8-byte length and the header are read, never the tensors.
+  - With O(path), reads the directory on the node (a M(llmops.serving.model_snapshot) dest or any directory
+    with C(config.json)).
+  - With O(repo), plans before downloading - the commit and file listing as M(llmops.serving.model_snapshot)
+    reads them (same bounds and refusals, same O(allow_patterns)/O(ignore_patterns)), C(config.json) fetched
+    and checked against the listing's checksum, and each shard's header read with two HTTP Range requests
+    (the 8-byte length, then the header). The token rules are those of M(llmops.serving.model_download).
+version_added: "0.5.0"
+author:
+  - llmops.serving developers (@llmops)
+options:
+  path:
+    description:
+      - The model directory on the node. Exactly one of O(path) and O(repo) is required.
+    type: path
+  repo:
+    description: Hub repository, C(org/name), read remotely.
+    type: str
+  source:
+    description: The hub of O(repo), as for M(llmops.serving.model_snapshot).
+    type: str
+    default: huggingface
+    choices: [huggingface, modelscope]
+  revision:
+    description: Branch, tag or commit; default C(main) (ModelScope C(master)).
+    type: str
+  endpoint:
+    description: Hub base URL; default the node's C(HF_ENDPOINT) (ModelScope - C(MODELSCOPE_DOMAIN)), else
+      the hub's.
+    type: str
+  token:
+    description: Hub token for gated or private repos, sent only to O(endpoint)'s origin.
+    type: str
+  allow_patterns:
+    description: With O(repo), the files model_snapshot would fetch (its option of the same name).
+    type: list
+    elements: str
+    default: []
+  ignore_patterns:
+    description: With O(repo), the files model_snapshot would leave out.
+    type: list
+    elements: str
+    default: []
+  validate_certs:
+    description: Verify TLS certificates.
+    type: bool
+    default: true
+  timeout:
+    description: Seconds without data before a request counts as stalled.
+    type: int
+    default: 30
+  retries:
+    description: Retries per request.
+    type: int
+    default: 2
+attributes:
+  check_mode:
+    support: full
+    description: Reads only.
+  diff_mode:
+    support: none
+    description: Reads only.
+  platform:
+    support: full
+    platforms: posix
+    description: Any POSIX node with Python 3.6 or later.
+notes:
+  - Runs on the managed node with Python 3.6 or later and the standard library only.
+seealso:
+  - module: llmops.serving.model_snapshot
+  - module: llmops.serving.gguf_info
+"""
+
+EXAMPLES = r"""
+- name: Plan the vLLM model before downloading it
+  llmops.serving.safetensors_info:
+    repo: Qwen/Qwen3.6-27B-FP8
+    endpoint: https://hf-mirror.com
+  register: fp8
+
+- name: Check the shards of the snapshot on the node
+  llmops.serving.safetensors_info:
+    path: /home/models/Qwen3.6-27B-FP8
+"""
+
+RETURN = r"""
+vllm:
+  description: What memory_plan.vllm_model_summary() returns for the directory (layers, heads, head_dim, layer
+    types, dtype, quantization_config, weights_bytes...), the serving_plan module's model input.
+  returned: always
+  type: dict
+shards:
+  description: Per top-level C(*.safetensors) file, C(name), C(size), C(header_bytes), C(tensor_count),
+    C(tensor_bytes), C(dtypes) (bytes per dtype) and C(metadata).
+  returned: always
+  type: list
+  elements: dict
+commit:
+  description: With O(repo), the commit read (null for a ModelScope branch).
+  returned: always
+  type: str
+remote:
+  description: With O(repo), C(url), C(revision), C(bytes_read) (header bytes) and C(requests).
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils import safetensors  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
+    DownloadError,
+    scrub,
+)
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan import (  # noqa: E402
+    PlanError,
+    vllm_model_summary,
+)
+from ansible_collections.llmops.serving.plugins.module_utils.safetensors_remote import (  # noqa: E402
+    remote_summary,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path"),
+            repo=dict(type="str"),
+            source=dict(type="str", default="huggingface", choices=["huggingface", "modelscope"]),
+            revision=dict(type="str"),
+            endpoint=dict(type="str"),
+            token=dict(type="str", no_log=True),
+            allow_patterns=dict(type="list", elements="str", default=[]),
+            ignore_patterns=dict(type="list", elements="str", default=[]),
+            validate_certs=dict(type="bool", default=True),
+            timeout=dict(type="int", default=30),
+            retries=dict(type="int", default=2),
+        ),
+        mutually_exclusive=[("path", "repo")],
+        required_one_of=[("path", "repo")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    token = p["token"]
+    try:
+        if p["path"]:
+            summary, shards = safetensors.local_summary(p["path"], vllm_model_summary)
+            result = {"vllm": summary, "shards": shards, "commit": None, "remote": None}
+        else:
+            result = remote_summary(p, p["allow_patterns"], p["ignore_patterns"])
+    except safetensors.SafetensorsError as exc:
+        module.fail_json(msg=scrub("safetensors check failed: %s" % exc, token))
+    except (DownloadError, PlanError, OSError) as exc:
+        module.fail_json(msg=scrub(str(exc), token))
+    except (MemoryError, OverflowError, RecursionError) as exc:  # a backstop: the limits should prevent these
+        module.fail_json(msg="safetensors check failed: %s while reading a header (crafted file?)"
+                             % type(exc).__name__)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
