@@ -83,7 +83,12 @@ def l20_vars(**overrides):
     variables.update({
         "vault_serving_api_keys": {"qwen36-27b": TEST_KEY, "qwen36-27b-fp8": TEST_VLLM_KEY},
         "llmops_gpus": L20_GPUS,
-        "llmops_models": {"qwen3.6-27b-ud-q5_k_xl": {"path": MODEL_PATH, "sha256": "0f" * 32}},
+        # What role model publishes: the GGUF file, and the vLLM instance's checkpoint (a snapshot: its
+        # directory, the link /home/models/Qwen3.6-27B-FP8 to the snapshot of one commit).
+        "llmops_models": {"qwen3.6-27b-ud-q5_k_xl": {"path": MODEL_PATH, "sha256": "0f" * 32},
+                          "qwen3.6-27b-fp8": {"path": "/home/models/Qwen3.6-27B-FP8",
+                                              "dir": "/home/models/Qwen3.6-27B-FP8", "snapshot": True,
+                                              "commit": "c0" * 20, "sha256": "1e" * 32}},
         "llmops_llama_cpp": {"mode": "container", "image": "llmops/llama.cpp:0c1e570-cuda89",
                              "build_id": "b7", "binary": "/opt/llama.cpp/bin/llama-server",
                              "version": "0.5.0-dev",
@@ -216,8 +221,14 @@ def test_l20_inventory_describes_host_and_model_source():
     hosts = yaml.safe_load(open(os.path.join(INVENTORY, "hosts.yml")))
     assert "l20-node-01" in hosts["all"]["children"]["llm_nodes"]["children"]["l20"]["hosts"]
     assert group["llama_cpp_build_mode"] == "container"
-    (model,) = group["model_models"]
+    (model,) = group["l20_models"]
+    assert group["model_models"] == "{{ l20_models + ([l20_vllm_model] if l20_vllm_enabled | bool else []) }}"
     assert model["repo"] == "unsloth/Qwen3.6-27B-MTP-GGUF"
     assert model["filename"] == "Qwen3.6-27B-UD-Q5_K_XL.gguf"
     assert group["l20_models_dir"] == "/home/models/qwen3-27b-mtp-gguf"
     assert group["l20_serving_instances"][0]["model"] == model["name"]
+    # The opt-in vLLM instance names its checkpoint, a snapshot the models stage fetches (no stage fetched the
+    # directory it named before).
+    assert group["l20_vllm_instance"]["model"] == group["l20_vllm_model"]["name"]
+    assert group["l20_vllm_model"]["snapshot"] is True
+    assert group["l20_vllm_model"]["dest"] == "{{ l20_vllm_model_dir }}"
