@@ -57,11 +57,13 @@ def _pytest(session, name, *args):
 
 @nox.session
 def lint(session):
-    """yamllint, ansible-lint (production profile), ruff, and Python 3.6 compatibility (vermin) of
-    everything that runs on managed nodes (CentOS 7's python3 is 3.6)."""
+    """yamllint, ansible-lint (production profile), ruff, antsibull-changelog lint, and Python 3.6
+    compatibility (vermin) of everything that runs on managed nodes (CentOS 7's python3 is 3.6)."""
     session.run("yamllint", "-s", ".")
     session.run("ansible-lint", "--profile", "production")
     session.run("ruff", "check", ".")
+    # The changelog fragments and changelogs/changelog.yaml, as the community collections check them.
+    session.run("antsibull-changelog", "lint")
     session.run("vermin", "-t=3.6-", "--no-tips", "--violations", "--eval-annotations",
                 "--exclude-regex", "__pycache__", "plugins/modules", "plugins/module_utils")
 
