@@ -109,6 +109,9 @@ class _Resp(object):
         b, self._body = self._body, b""
         return b
 
+    def isclosed(self):
+        return not self._body
+
     def close(self):
         pass
 
