@@ -255,7 +255,7 @@ def test_role_hides_every_task_that_can_carry_the_token():
     assert len([t for t in carrying if "ansible.builtin.async_status" in t]) == 1, names
     assert len([t for t in carrying if "llmops.serving.download_wait" in t]) == 1, names
     for t in carrying:
-        assert t.get("no_log") == "{{ _model_token | length > 0 }}", t["name"]
+        assert t.get("no_log") == "{{ _model_secret }}", t["name"]
     # a failure still says why: a task without no_log prints the module's (scrubbed) message
     fails = [t for t in tasks if "ansible.builtin.fail" in t]
     assert fails and any("msg" in str(t["ansible.builtin.fail"]) for t in fails)
