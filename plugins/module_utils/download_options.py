@@ -172,10 +172,18 @@ def normalize(params):
     o = dict(DEFAULTS)
     o.update(dict((k, v) for k, v in params.items() if v is not None))
     for name in NAMES:
-        if isinstance(o.get(name), str) and CONTROL_CHARS.search(o[name]):
-            shown = redact_url(o[name]) if name in ("url", "endpoint") else o[name]
+        value = o.get(name)
+        if not isinstance(value, str):
+            continue
+        shown = redact_url(value) if name in ("url", "endpoint") else value
+        if CONTROL_CHARS.search(value):
             raise DownloadError("%s contains a control character (a newline or NUL, often from a template or "
                                 "a file lookup): remove it (%s: %r)" % (name, name, shown))
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DownloadError("%s is not valid UTF-8 text (%s: %r): give it as UTF-8"
+                                % (name, name, shown)) from None
     for name in RANGES:
         if o.get(name) is not None:
             o[name] = _number(o, name)

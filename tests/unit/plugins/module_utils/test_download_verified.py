@@ -227,10 +227,18 @@ def test_the_record_belongs_to_the_runs_user_not_to_the_files_owner(hub, dest, m
     assert dl.run(params(hub, dest))["verified"] == "sidecar"
 
 
+def test_a_record_nested_100k_deep_is_no_record(hub, dest, model):
+    r = dl.run(params(hub, dest))
+    with open(dl.sidecar_path(r["path"]), "w") as f:
+        f.write("[" * 100000 + "]" * 100000)
+    assert recorded_sha256(r["path"]) is None
+    assert dl.run(params(hub, dest))["verified"] == "hashed"
+
+
 # =============================================================================================
 # Messages that are true
 # =============================================================================================
-@pytest.mark.parametrize("filename", ["sub/", ".", "sub/.", "/", "a//b.gguf", "x\ny.gguf"])
+@pytest.mark.parametrize("filename", ["sub/", ".", "sub/.", "/", "a//b.gguf", "x\ny.gguf", "x\udcff.gguf"])
 def test_a_filename_that_names_no_file_is_refused_as_such(hub, dest, model, filename):
     with pytest.raises(dl.DownloadError) as e:
         dl.run(params(hub, dest, filename=filename))
