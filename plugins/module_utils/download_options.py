@@ -136,11 +136,11 @@ def _number(o, name):
             raise ValueError
         number = int(value) if integer else number
     except (TypeError, ValueError, OverflowError):
-        raise DownloadError("%s must be a %s, got %r" % (name, "whole number" if integer else "number",
-                                                         value)) from None
+        kind = "whole number" if integer else "number"
+        raise DownloadError("%s must be a %s, got %r" % (name, kind, value)) from None
     if number < lo or (hi is not None and number > hi):
-        raise DownloadError("%s must be between %s and %s, got %s" % (name, lo, "any" if hi is None else hi,
-                                                                       value))
+        bounds = "at least %s" % lo if hi is None else "between %s and %s" % (lo, hi)
+        raise DownloadError("%s must be %s, got %s" % (name, bounds, value))
     return number
 
 
