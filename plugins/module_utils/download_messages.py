@@ -60,7 +60,10 @@ def redact_url(url):
     """The URL without userinfo and query string (signed CDN URLs carry credentials there)."""
     if not url:
         return url
-    p = urlsplit(url)
+    try:
+        p = urlsplit(url)
+    except ValueError:  # an unbalanced [ in the host: it is not shown (it may hold a credential)
+        return "(a URL that does not parse)"
     netloc = p.netloc.rsplit("@", 1)[-1]
     return urlunsplit((p.scheme, netloc, p.path, "", ""))
 

@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 import math
 import os
 import re
+from urllib.parse import urlsplit
 
 from ansible_collections.llmops.serving.plugins.module_utils.download_http import url_origin
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (
@@ -154,6 +155,20 @@ def _check_filename(filename):
                             "leading or trailing /)" % filename)
 
 
+def _check_url(name, url):
+    """An http(s) URL with a host (a port, when given, a number): else DownloadError naming the option (the
+    URL is shown without its query and userinfo)."""
+    try:
+        p = urlsplit(url)
+        ok = p.scheme in ("http", "https") and bool(p.hostname)
+        p.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        ok = False
+    if not ok:
+        raise DownloadError("%s must be an http(s) URL with a host, such as https://hf-mirror.com, got %r"
+                            % (name, redact_url(url)))
+
+
 def _join_query(o):
     """url_query (a signed URL's query string, kept out of logs) appended to url."""
     query = o.get("url_query")
@@ -206,6 +221,7 @@ def normalize(params):
             raise DownloadError("repo must look like 'org/name', got %r" % o["repo"])
         _check_filename(o["filename"])
         _hub_defaults(o, params)
+    _check_url("endpoint" if o["repo"] else "url", o["endpoint"] if o["repo"] else o["url"])
     _join_query(o)
     if o["token"] and BAD_TOKEN_CHARS.search(o["token"]):
         raise DownloadError("token contains whitespace or control characters (often a trailing newline from "

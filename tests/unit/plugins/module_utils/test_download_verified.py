@@ -283,6 +283,16 @@ def test_a_size_the_filesystem_cannot_hold_leaves_no_empty_part(hub, dest, model
     assert listing(dest) == []
 
 
+@pytest.mark.parametrize("option,url", [("endpoint", "{'a': [1]}"), ("endpoint", "http://[::1"),
+                                        ("endpoint", "ftp://mirror"), ("url", "file:///etc/shadow"),
+                                        ("url", "http:///model.gguf"), ("url", "http://h:99999999/m.gguf")])
+def test_a_url_that_is_not_http_with_a_host_is_refused_naming_the_option(hub, dest, option, url):
+    p = params(hub, dest, endpoint=url) if option == "endpoint" else dict(url=url, dest=str(dest))
+    with pytest.raises(dl.DownloadError) as e:
+        dl.run(p)
+    assert e.value.msg.startswith(option + " must be an http(s) URL"), e.value.msg
+
+
 @pytest.mark.parametrize("option,value", [("retry_delay", float("nan")), ("retry_delay", float("inf")),
                                           ("retry_delay", -1.0), ("timeout", 10 ** 30), ("retries", 10 ** 9),
                                           ("lock_timeout", 10 ** 30), ("free_space_margin", -1),
