@@ -9,6 +9,11 @@ JSON file on the node. Each probe is one command on the node: it waits up to one
 async record to become final (so the task ends within a second of the download), then prints the record's
 state and the progress file. One progress line is printed per probe. The final result is the one
 ``ansible.builtin.async_status`` returns, so the tasks that follow read it as before.
+
+The progress file sits in the model's directory, which the service user may write, and the probe runs as
+root: it reads at most PROGRESS_MAX_BYTES of it with ``dd iflag=nofollow,nonblock`` (GNU coreutils), so a
+symlink planted there is not followed (root would print any file it points to) and a FIFO does not block
+the play. Where dd lacks those flags (busybox), the progress is not read at all ("starting").
 """
 
 from __future__ import absolute_import, division, print_function
@@ -29,7 +34,12 @@ display = Display()
 # much longer than the limit collects that record ("Timeout exceeded") instead of a still-running one.
 WRAPPER_GRACE_S = 30
 
+# The progress file is one line of JSON of a few hundred bytes; more is not read.
+PROGRESS_MAX_BYTES = 65536
+
 # The async wrapper's first record is {"started": 1, "finished": 0, ...}; the final one replaces it whole.
+# The progress file is read with O_NOFOLLOW and O_NONBLOCK (dd's iflag), one block at most, and only when it
+# is a regular file: never a link's target, never a FIFO's writer awaited.
 PROBE_SCRIPT = """job=%(job)s
 progress=%(progress)s
 end=$(( $(date +%%s) + %(wait)d ))
@@ -39,7 +49,10 @@ while :; do
   [ "$(date +%%s)" -ge "$end" ] && break
   sleep 1
 done
-p=$(cat "$progress" 2>/dev/null) || p=
+p=
+if [ -f "$progress" ] && [ ! -L "$progress" ]; then
+  p=$(dd if="$progress" iflag=nofollow,nonblock bs=%(max)d count=1 2>/dev/null | tr -d '\\n') || p=
+fi
 printf '{"finished": %%s, "progress": %%s}\\n' "$finished" "${p:-null}"
 """
 
@@ -47,7 +60,7 @@ printf '{"finished": %%s, "progress": %%s}\\n' "$finished" "${p:-null}"
 def probe_command(results_file, progress_file, wait_s):
     """The /bin/sh command that waits up to wait_s seconds for the job's end, then reports."""
     return PROBE_SCRIPT % {"job": shlex_quote(results_file), "progress": shlex_quote(progress_file),
-                           "wait": max(0, int(wait_s))}
+                           "wait": max(0, int(wait_s)), "max": PROGRESS_MAX_BYTES}
 
 
 def parse_probe(stdout):

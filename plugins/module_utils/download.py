@@ -31,10 +31,13 @@ How a file gets to its final path
   exactly once (download_transfer.py).
 * A server that ignores Range (200) or refuses it (416) makes the download restart from zero on one
   connection, honestly (``downloaded_bytes`` counts every byte received).
-* Verification: size and sha256 must match, else the bytes move to ``<file>.corrupt-<UTC time>`` and
-  the run fails loudly (expected vs got).  Only then: fsync, atomic rename to the final path, fsync
-  of the directory, and a sidecar record ``.<file>.llmops.json`` (size, mtime_ns, inode, sha256,
-  commit, source) that lets the next run skip hashing when size/mtime/inode still match.
+* Verification: size and sha256 must match, else the bytes move to ``<file>.corrupt-<UTC time>`` (one
+  quarantined copy per file: a new one replaces the older) and the run fails loudly (expected vs got,
+  where each file went).  Only then: fsync, atomic rename to the final path, fsync of the directory, and
+  a sidecar record ``.<file>.llmops.json`` (size, mtime_ns, inode, sha256, commit, source) that lets the
+  next run skip hashing when size/mtime/inode still match.
+* Every part of a split set is resolved at the commit the first part's HEAD gave (a branch moving between
+  two HEADs cannot mix commits); ModelScope gives every part's sha256 from one listing.
 * The ``.part.json`` ranges are written about once a second, each time after an ``fdatasync`` of the
   ``.part``: the ranges it claims are on disk even after a power loss.  Whatever slips through is
   caught by the final sha256 check (quarantine, then a clean re-download).
@@ -55,21 +58,45 @@ Hostile surroundings (the module runs as root in a directory other users may wri
   renamed.
 * One run per destination file: ``fcntl.flock`` on ``.<file>.llmops.lock`` (holder's pid inside).
   A second run waits up to ``lock_timeout`` seconds, then finds the finished file through the sidecar.
+* Deadlines and read limits (download_http.py, download_source.py): every metadata request (a HEAD, the
+  ModelScope listing) ends within 4 x ``timeout`` in all, so a server dripping one byte per second cannot
+  hold the lock; the listing is at most 16 MiB and 1,000,000 JSON values, parsed keeping only the entries
+  of the files asked for; error and redirect bodies are read up to 64 KiB.
 * Content that is not what it claims fails: an HTML page (a mirror's login or error page) for a
   non-HTML file, a body whose length differs from the expected size, and, for a plain URL without a
   validator (no strong ETag, no Last-Modified), bytes of two versions (no resume, no ranges without a
   sha256; it restarts from zero).
+
+Never lose a verified model
+---------------------------
+* The final path keeps its file until verified bytes replace it (a rename over it).  A file there that
+  does not match the source's sha256 stays while the download runs; once the replacement is verified it is
+  linked to the quarantine slot first, so the final path is never empty.  A failed download leaves the
+  final path as it was, and the message says what it holds.
+* A matching sha256 wins over a size claim (kept, and the size claim named in the message).
+* A claim that cannot be verified never replaces a file (``_unverifiable``): size 0 and no sha256 (a
+  mirror's empty 200, a ModelScope entry of size 0), no size and no sha256, or a plain URL's new version
+  without sha256, ETag or Last-Modified.  A verified file is kept with a warning; a file placed by hand that
+  nothing can check (no sha256 from the source, another size) is left untouched and the run fails.
+* A hub that states another sha256 for the very commit a file was verified from misreports (a commit's
+  content cannot change): the file is hashed, and when it still has the recorded sha256 it is kept and
+  nothing is downloaded (a warning says so).
+* A size the source states above 2^63 - 1, or a size the filesystem cannot hold, fails with a message and
+  leaves no empty ``.part``; a metadata size that the server's Content-Range contradicts fails at once
+  (retrying gets the same answer).
 
 What the sidecar fast path can and cannot detect
 -------------------------------------------------
 The record identifies the content by size, mtime_ns, inode and ctime_ns.  Writing the file, ``touch``,
 ``utime`` (a restored mtime), chmod/chown or replacing it all change ctime, which a user cannot set:
 such a file is hashed again.  When the hub's HEAD gives a sha256, a record that disagrees with it is
-not trusted either (the file is hashed).  It cannot detect: silent corruption below the filesystem
-(bit rot), changes by someone who can reset the clock or write the block device, and a record forged
-by someone who can write the directory in the cases where no HEAD vouches for it (a pinned commit
-re-run, which makes no request; an unreachable hub; a moved branch kept with update=false; a file
-the hub gives no sha256 for).  ``force_verify`` re-hashes; passing ``sha256`` pins the content.
+not trusted either (the file is hashed).  The record (and a partial download's state) is trusted only
+when the run's own user (root) or root wrote it: owned by one of them, one link, writable by nobody else
+(safe_files.trusted_owner).  The service user can write the directory but cannot create a root-owned
+file, so a record it forges, with the hub's sha256 copied in, is not trusted: the file is hashed.  It
+cannot detect: silent corruption below the filesystem (bit rot), and changes by root or by someone who
+can reset the clock or write the block device; nor a forged record when the module itself runs as the
+user who forged it.  ``force_verify`` re-hashes; passing ``sha256`` pins the content.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -93,12 +120,14 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_parts impo
     owned_paths,
     part_path,
     resumable_bytes,
+    state_path,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.download_progress import Progress
 from ansible_collections.llmops.serving.plugins.module_utils.download_source import (
     HEX40,
     build_targets,
     fetch_metadata,
+    is_modelscope,
     resolve_url,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.download_transfer import FileDownload
@@ -140,6 +169,9 @@ class Step:
         self.reason = reason
         self.record = record
         self.resumable = 0
+        # hash_existing when the hub states another sha256 than the record at the record's own commit: the
+        # record it disagrees with (if the file still has the record's sha256, the hub misreports)
+        self.disputed = None
 
 
 class Plan:
@@ -151,6 +183,7 @@ class Plan:
         self.dest = os.path.abspath(o["dest"])
         self.steps = []
         self.notes = []
+        self.warnings = []
         self.update_available = False
 
 
@@ -224,7 +257,7 @@ def decide(o, targets):
     _resolve_sources(plan, records)
     for t in targets:
         step = _choose(plan, t, records[t.name])
-        if t.size is None and step.action in ("download", "hash_existing"):
+        if t.size is None and step.action == "download":
             raise DownloadError("%s: the source does not tell the file size (no Content-Length); pass size "
                                 "(and sha256)" % t.name)
         if step.action == "download":
@@ -263,13 +296,23 @@ def _resolve_sources(plan, records):
     o, targets = plan.o, plan.targets
     session = Session(o["token"], o["timeout"], o["validate_certs"])
     pinned = bool(o["repo"]) and bool(HEX40.match(o["revision"] or ""))
+    # Every part of a split set at the first part's commit: a branch moving between two HEADs must not give
+    # a set of parts from two commits.  (ModelScope: one listing, one snapshot, gives every part's sha256.)
+    pin_parts = bool(o["repo"]) and not pinned and not is_modelscope(o) and len(targets) > 1
+    pin = None
     try:
         for t in targets:
             rec = records[t.name]
             if rec and pinned and rec.get("commit") == o["revision"] and not o["force_verify"]:
                 _fill_from_record(t, rec, o)  # commit pinned and file verified: nothing to ask
                 continue
-            fetch_metadata(o, t, session)
+            fetch_metadata(o, t, session, revision=pin)
+            if pin_parts and pin is None:
+                pin = t.commit
+                if pin is None:
+                    pin_parts = False
+                    plan.notes.append("the hub sent no commit (X-Repo-Commit) for %s, so the other parts of "
+                                      "the set could not be pinned to its commit" % t.name)
     except DownloadError as e:
         status = getattr(e, "result", {}).get("status")
         if all(records[t.name] for t in targets) and status not in (401, 403, 404):
@@ -286,7 +329,9 @@ def _choose(plan, t, rec):
     o = plan.o
     keep = "force_verify" if o["force_verify"] else "keep"
     if rec is None:
-        if os.path.lexists(t.final_path):
+        st = check_own_path(t.final_path)
+        if st is not None:
+            _refuse_unverifiable(t, st)
             return Step(t, "hash_existing", "a file without a matching sidecar record is in place")
         return Step(t, "download", "no file at the final path")
     moved = _moved(rec, t, o)
@@ -300,16 +345,70 @@ def _choose(plan, t, rec):
     if moved and t.sha256 and t.sha256 == rec.get("sha256"):
         return Step(t, "recommit", "the source moved (%s) but the bytes are the same" % moved, rec)
     if moved:
+        why = _unverifiable(o, t)
+        if why:
+            return _keep_verified(plan, t, rec, keep, "the source moved (%s), but %s" % (moved, why))
         return Step(t, "download", "the source moved (%s)" % moved, rec)
-    if t.size is not None and t.size != rec.get("size"):
-        return Step(t, "download", "the source's size %s differs from the record's %s"
-                    % (t.size, rec.get("size")), rec)
     if t.sha256 and rec.get("sha256") != t.sha256:
-        # the hub vouches for another sha256 than the record: the record is not trusted
+        # the hub vouches for another sha256 than the record: the record is not trusted, the file is hashed
         plan.notes.append("%s: the sidecar record's sha256 %s disagrees with the source's %s; not "
                           "trusted, the file was hashed" % (t.name, rec.get("sha256"), t.sha256))
-        return Step(t, "hash_existing", "the sidecar record's sha256 disagrees with the source's")
+        step = Step(t, "hash_existing", "the sidecar record's sha256 disagrees with the source's")
+        if rec.get("commit") and rec.get("commit") == t.commit:
+            step.disputed = rec
+        return step
+    if t.size is not None and t.size != rec.get("size"):
+        if t.sha256:  # == the record's: a matching sha256 wins over a size claim
+            plan.notes.append("%s: the source states %d bytes, but its sha256 is the verified file's (%d "
+                              "bytes): the sha256 wins, kept the file" % (t.name, t.size, rec.get("size")))
+            t.size = rec.get("size")
+            return Step(t, keep, "the sha256 matches the record (the size claim does not)", rec)
+        return _keep_verified(plan, t, rec, keep, "the source now states %d bytes and no sha256 for the "
+                              "same version" % t.size)
     return Step(t, keep, "the sidecar record matches the file and the source", rec)
+
+
+def _unverifiable(o, t):
+    """Why t's source cannot vouch for bytes that would replace a file already there, or None.  A sha256
+    vouches; without one, a new version of a non-empty size (a new commit, a plain URL's changed ETag or
+    Last-Modified) does, because the user asked for it (update: true).  A size of 0 and nothing else (a
+    mirror's empty 200, a listing entry of size 0) never does."""
+    if t.sha256:
+        return None
+    if t.size is None:
+        return "it states no size and no sha256"
+    if t.size == 0:
+        return "it states 0 bytes and no sha256"
+    if o["url"] and not (t.etag or t.last_modified):
+        return "it states no sha256, ETag or Last-Modified"
+    return None
+
+
+def _keep_verified(plan, t, rec, keep, why):
+    """Keep a verified file that a claim without a sha256 would replace; say so (a warning: the source is
+    broken or misconfigured)."""
+    text = ("%s: %s; that cannot be verified, so it never replaces a verified file: kept the verified file "
+            "(%d bytes, sha256 %s). Pass sha256 to fetch the source's file anyway"
+            % (t.name, why, rec.get("size"), rec.get("sha256")))
+    plan.notes.append(text)
+    plan.warnings.append(text)
+    _fill_from_record(t, rec, plan.o)
+    return Step(t, keep, "the source claims nothing verifiable: %s" % why, rec)
+
+
+def _refuse_unverifiable(t, st):
+    """A file at the final path without a record of its verification is checked against the source's
+    sha256, or against its size when the source gives no sha256.  When neither can be checked, or the size
+    differs, it is left alone: the run fails saying so (it never replaces a file nothing vouches for)."""
+    if t.sha256 or (t.size is not None and st.st_size == t.size):
+        return
+    claim = ("no sha256 and no size" if t.size is None else
+             "%d bytes and no sha256, the file has %d" % (t.size, st.st_size))
+    raise DownloadError(
+        "%s is at the final path without a record of its verification, and the source states %s: there is "
+        "nothing to verify it against, so it was left untouched. Pass sha256 (the file's expected digest) "
+        "to check it, or move it away to download the source's file" % (t.final_path, claim),
+        left_untouched=t.final_path)
 
 
 def _moved(rec, t, o):
@@ -318,6 +417,8 @@ def _moved(rec, t, o):
             return ("revision %s is now commit %s, the file is from %s"
                     % (o["revision"], t.commit, rec["commit"]))
         return None
+    if t.sha256 and t.sha256 == rec.get("sha256"):
+        return None  # the same content, whatever the size claim or ETag say
     if t.size is not None and t.size != rec.get("size"):
         return "size %s -> %s" % (rec.get("size"), t.size)
     if t.etag and rec.get("etag") and t.etag != rec["etag"]:
@@ -353,7 +454,7 @@ def apply(plan, progress, t0, set_attributes=None):
             results.append(_part_result(t, rec["sha256"], "sidecar", 0, 0, False))
             progress.add(t.size)
         elif step.action in ("force_verify", "hash_existing"):
-            verified = _verify_in_place(t, rec, progress, notes)
+            verified = _verify_in_place(step, progress, plan)
             if verified is None:
                 pending.append(t)
             results.append(verified)
@@ -367,7 +468,7 @@ def apply(plan, progress, t0, set_attributes=None):
         if r is None:
             t = next(todo)
             progress.set(state="downloading", file=t.name)
-            results[i] = _download_one(o, t, progress)
+            results[i] = _download_one(o, t, progress, notes)
     attrs_changed = False
     if set_attributes is not None:
         for i, t in enumerate(targets):
@@ -375,7 +476,10 @@ def apply(plan, progress, t0, set_attributes=None):
                 attrs_changed = True
                 write_sidecar(t, results[i]["sha256"])  # verified in this run; chmod/chown moved ctime
     progress.set(state="done")
-    return _final_result(o, targets, results, notes, plan.update_available, t0, attrs_changed)
+    result = _final_result(o, targets, results, notes, plan.update_available, t0, attrs_changed)
+    if plan.warnings:
+        result["warnings"] = [scrub(w, o.get("token")) for w in plan.warnings]
+    return result
 
 
 def write_sidecar(t, sha, _stat=None):
@@ -387,9 +491,10 @@ def write_sidecar(t, sha, _stat=None):
                                 source_url=t.source_url)
 
 
-def _verify_in_place(t, rec, progress, notes):
-    """Hash the file at the final path: its part result when it is the file (recorded), else None (it is
-    quarantined and must be downloaded again)."""
+def _verify_in_place(step, progress, plan):
+    """Hash the file at the final path: its part result when it is the file (recorded), else None: it must
+    be downloaded, and it stays where it is until verified bytes replace it (``t.replaces``)."""
+    t, rec, notes = step.target, step.record, plan.notes
     progress.set(state="hashing", file=t.name)
     st = check_own_path(t.final_path)
     try:
@@ -398,23 +503,53 @@ def _verify_in_place(t, rec, progress, notes):
         check_own_path(t.final_path)
         raise DownloadError("cannot read %s: %s" % (t.final_path, e)) from None
     want = t.sha256 or (rec or {}).get("sha256")
-    size_ok = t.size is None or st.st_size == t.size
-    if (want and got == want and size_ok) or (not want and size_ok and t.size is not None):
-        if not want:
-            notes.append("%s: no reference sha256 (pass sha256); recorded the existing file's" % t.name)
+    if want and got == want:
+        if t.size is not None and st.st_size != t.size:
+            notes.append("%s: the source states %d bytes, but the file's sha256 matches (%d bytes): the "
+                         "sha256 wins, kept the file" % (t.name, t.size, st.st_size))
+            t.size = st.st_size
         write_sidecar(t, got)
         return _part_result(t, got, "hashed", 0, 0, False)
-    q = quarantine(t.final_path)
+    if not want:
+        _refuse_unverifiable(t, st)  # decide() checked it; the file may have changed since
+        notes.append("%s: no reference sha256 (pass sha256); recorded the existing file's" % t.name)
+        write_sidecar(t, got)
+        return _part_result(t, got, "hashed", 0, 0, False)
+    disputed = step.disputed
+    if disputed and got == disputed.get("sha256"):
+        # the file is the one verified from this very commit: a commit's content cannot change, so the hub
+        # (or a mirror) misreports; never trade a verified file for a claim like that
+        text = ("%s: the hub states sha256 %s for commit %s, but the file verified from the same commit has "
+                "sha256 %s (hashed again now): a commit's content cannot change, so the hub or mirror "
+                "misreports. Kept the verified file and downloaded nothing; move it away to fetch the hub's "
+                "version"
+                % (t.name, t.sha256, t.commit, got))
+        notes.append(text)
+        plan.warnings.append(text)
+        t.sha256, t.size = got, st.st_size
+        return _part_result(t, got, "hashed", 0, 0, False)
+    # not the source's file: nothing may trust it any more, but it stays until verified bytes replace it
     side = sidecar_path(t.final_path)
     if os.path.lexists(side):
         os.unlink(side)
-    notes.append("%s: the existing file did not match (expected %s, got %s); moved it to %s and "
-                 "downloaded again" % (t.name, want or ("%s bytes" % t.size), got, q))
-    progress.add(-os.lstat(q).st_size)  # it is counted again while downloading
+    t.replaces = {"sha256": got, "size": st.st_size}
+    notes.append("%s: the file at the final path did not match (expected %s, got %s)" % (t.name, want, got))
+    progress.add(-st.st_size)  # it is counted again while downloading
     return None
 
 
-def _download_one(o, t, progress):
+def _final_path_now(t):
+    """Where the final path stands after a failed download, in words (for the message)."""
+    if not os.path.lexists(t.final_path):
+        return "Nothing is at the final path"
+    replaced = t.replaces
+    if replaced:
+        return ("The final path still holds the file that was there before (sha256 %s, which does not match "
+                "the source either)" % replaced["sha256"])
+    return "The final path still holds the file that was there before, untouched"
+
+
+def _download_one(o, t, progress, notes=None):
     started = time.time()
     part = part_path(t)
     dl = FileDownload(o, t, progress)
@@ -427,24 +562,43 @@ def _download_one(o, t, progress):
         finally:
             os.close(fd)
     resumed = dl.load_state() if t.size else 0
-    if t.size:
-        got, new = dl.run()
-    else:
-        got, new = hashlib.sha256().hexdigest(), 0
+    try:
+        if t.size:
+            got, new = dl.run()
+        else:
+            got, new = hashlib.sha256().hexdigest(), 0
+    except DownloadError as e:
+        if getattr(e, "discard_part", False):  # the source contradicts itself: nothing here can complete
+            for p in (part, state_path(t)):
+                if os.path.lexists(p):
+                    os.unlink(p)
+            e.msg = "%s. %s" % (e.msg, _final_path_now(t))
+            e.args = (e.msg,)
+        raise
     pst = check_own_path(part, single_link=True)
     if pst is None or (pst.st_dev, pst.st_ino) != dl.part_id:
         raise DownloadError("%s was replaced while this run wrote it; remove it and rerun" % part)
     actual = pst.st_size
     want = t.sha256
     if actual != t.size or (want and got != want):
-        q = quarantine(part)
+        q, older = quarantine(part, t.final_path)
         drop_state(t)
+        older = " (replacing the older copy %s)" % ", ".join(older) if older else ""
         raise DownloadError(
-            "checksum mismatch for %s: expected sha256 %s (%d bytes), got %s (%d bytes); the bytes were "
-            "moved to %s and the final path was left untouched. Rerun to download again; if it repeats, the "
-            "source or a proxy corrupts data" % (t.name, want or "-", t.size, got, actual, q),
+            "checksum mismatch for %s: expected sha256 %s (%d bytes), got %s (%d bytes); the downloaded "
+            "bytes were moved to %s%s. %s. Rerun to download again; if it repeats, the source or a proxy "
+            "corrupts data" % (t.name, want or "-", t.size, got, actual, q, older, _final_path_now(t)),
             quarantined=q, expected_sha256=want, got_sha256=got)
     check_own_path(t.final_path)  # a file (or nothing): never rename over a planted directory
+    replaced = t.replaces
+    if replaced and os.path.lexists(t.final_path):
+        # the previous file (it did not match) goes to the quarantine slot; linked there first, so the final
+        # path holds a file until the verified one is renamed over it
+        q, older = quarantine(t.final_path, keep=True)
+        if notes is not None:
+            notes.append("%s: moved the previous file (sha256 %s) to %s%s" % (
+                t.name, replaced["sha256"], q,
+                " (replacing the older copy %s)" % ", ".join(older) if older else ""))
     os.rename(part, t.final_path)
     fst = os.lstat(t.final_path)
     if (fst.st_dev, fst.st_ino) != dl.part_id or not stat.S_ISREG(fst.st_mode):
@@ -526,4 +680,5 @@ def check_mode_result(plan, t0):
         "verified": "sidecar" if all(p["verified"] == "sidecar" for p in parts) else None,
         "elapsed_s": round(time.time() - t0, 3), "update_available": plan.update_available, "parts": parts,
         "msg": scrub(msg, o.get("token")),
+        "warnings": [scrub(w, o.get("token")) for w in plan.warnings],
     }

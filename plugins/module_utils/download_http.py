@@ -5,6 +5,17 @@
 """HTTP for model_download: keep-alive connections per thread, redirects, proxies, the token bound to
 one origin, status codes turned into messages that say what to do, and retries with backoff.
 
+Two bounds besides the idle ``timeout`` (which only limits the silence between two bytes):
+
+* A total deadline per metadata request (``Session.deadline``): a HEAD, the ModelScope listing, a window of
+  gguf_info's remote header read must end, headers and body included, within ``DEADLINE_FACTOR`` times
+  ``timeout`` (120 s with the default 30 s).  A watchdog shuts the session's sockets down when it passes, so
+  a server sending one byte per second cannot hold a run (and the destination lock) for days.  It counts
+  as a stall: retried, then a clear error.  The body of a model file has no such deadline (its size varies
+  by 10^4): the async job's limit (the role's ``model_download_timeout``) bounds it.
+* Bodies that are not the file (an error page, a redirect's) are read up to ``ERROR_BODY_MAX`` bytes; a
+  longer one is not read on: its connection is closed instead.
+
 Plain Python 3.6, standard library only; importable without Ansible.
 """
 from __future__ import absolute_import, division, print_function
@@ -12,6 +23,7 @@ from __future__ import absolute_import, division, print_function
 import calendar
 import socket
 import ssl
+import threading
 import time
 from email.utils import parsedate
 from http import client as http_client
@@ -31,6 +43,59 @@ RETRY_STATUSES = (429, 500, 502, 503, 504)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 HTML_NAMES = (".html", ".htm", ".xhtml")
+# A metadata request may take this many times the idle timeout in all (connect, headers, body).
+DEADLINE_FACTOR = 4
+# Bytes read of a body that is not the file (an error page, a redirect's); more is not read.
+ERROR_BODY_MAX = 64 * 1024
+
+
+def request_deadline(timeout):
+    """Seconds one metadata request may take in all: DEADLINE_FACTOR x the idle timeout."""
+    return DEADLINE_FACTOR * float(timeout)
+
+
+class Deadline:
+    """``with session.deadline(seconds, what):`` bounds everything inside (connect, TLS, headers, body reads)
+    by a total time.  When it passes, a watchdog thread shuts the session's sockets down, which ends any
+    blocked read; leaving the block then raises Retryable (a stall), whatever the read returned."""
+
+    def __init__(self, session, seconds, what):
+        self.session = session
+        self.seconds = seconds
+        self.what = what
+        self.fired = False
+        self._active = False
+        self._lock = threading.Lock()
+        self._timer = None
+
+    def __enter__(self):
+        self._active = True
+        self.session._deadline = self
+        self._timer = threading.Timer(self.seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def _fire(self):
+        with self._lock:
+            if not self._active:
+                return
+            self.fired = True
+        self.session.interrupt()
+
+    def exceeded(self):
+        return Retryable("%s: no complete answer within %g s (the server sends too slowly; a request may "
+                         "take %d x timeout in all)" % (self.what, self.seconds, DEADLINE_FACTOR))
+
+    def __exit__(self, exc_type, exc, tb):
+        with self._lock:
+            self._active = False
+        self._timer.cancel()
+        self.session._deadline = None
+        if self.fired:
+            self.session.close()
+            raise self.exceeded() from None
+        return False
 
 
 def parse_retry_after(value):
@@ -53,7 +118,27 @@ class Session:
         self.timeout = timeout
         self.validate_certs = validate_certs
         self._conns = {}
+        self._deadline = None  # the Deadline of the request in progress (Session.deadline)
         self.listings = {}  # a hub's file listing per URL, fetched once per run (download_source)
+
+    def deadline(self, seconds, what):
+        """A Deadline for the requests and reads inside a ``with`` block (see Deadline)."""
+        return Deadline(self, seconds, what)
+
+    def interrupt(self):
+        """Shut every socket of this session down (from the watchdog thread): a blocked read returns."""
+        for c in list(self._conns.values()):
+            sock = getattr(c, "sock", None)
+            if sock is not None:
+                try:
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the plain socket's, also under TLS
+                except (OSError, ValueError):
+                    pass
+
+    def _check_deadline(self):
+        d = self._deadline
+        if d is not None and d.fired:
+            raise d.exceeded()
 
     def close(self):
         for c in self._conns.values():
@@ -106,6 +191,7 @@ class Session:
         (a CDN), another port, or plain http after https."""
         origin = auth_origin or url_origin(url)
         for _hop in range(10):
+            self._check_deadline()
             p = urlsplit(url)
             hdrs = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
             hdrs.update(headers or {})
@@ -117,11 +203,13 @@ class Session:
             path = urlunsplit(("", "", p.path or "/", p.query, ""))
             resp = None
             for attempt in (0, 1):
+                self._check_deadline()
                 conn, reused = self._conn(p.scheme, p.netloc, fresh=attempt > 0)
                 target = url if getattr(conn, "_llmops_proxy", False) else path
                 try:
                     conn.request(method, target, headers=hdrs)
                     resp = conn.getresponse()
+                    resp._llmops_conn = conn  # abandon() closes it when the body is left unread
                     break
                 except (http_client.HTTPException, OSError) as e:
                     conn.close()
@@ -130,7 +218,7 @@ class Session:
                         continue  # a stale keep-alive connection: one fresh try
                     raise Retryable("%s %s: %s" % (method, redact_url(url), describe_error(e))) from None
             if follow and resp.status in (301, 302, 303, 307, 308) and resp.getheader("Location"):
-                resp.read()
+                drain(resp)
                 url = urljoin(url, resp.getheader("Location"))
                 continue
             return resp, url
@@ -150,14 +238,58 @@ def url_origin(url):
     return (scheme, (p.hostname or "").lower(), port)
 
 
+def abandon(resp):
+    """Close a response whose body is left unread, and its connection: the unread bytes would otherwise be
+    read as the next answer on that keep-alive connection."""
+    for thing in (resp, getattr(resp, "_llmops_conn", None)):
+        if thing is not None:
+            try:
+                thing.close()
+            except Exception:
+                pass
+
+
+def drain(resp, limit=ERROR_BODY_MAX):
+    """Read and drop a body that is not the file (an error page, a redirect's): at most ``limit`` bytes; a
+    longer (or endless) body is not read on, its connection is closed instead.  Returns what was read."""
+    try:
+        data = resp.read(limit + 1)
+    except (http_client.HTTPException, OSError):
+        data = None
+    if data is None or len(data) > limit or not resp.isclosed():
+        abandon(resp)
+    return (data or b"")[:limit]
+
+
+def read_bounded(resp, limit):
+    """The body, up to ``limit + 1`` bytes (a caller that gets more than ``limit`` refuses it), read into one
+    buffer (a bytearray, sized by Content-Length when there is one: no second copy of a large body)."""
+    cl = (resp.getheader("Content-Length") or "").strip()
+    cap = min(int(cl), limit + 1) if cl.isdigit() else limit + 1
+    buf = bytearray(cap if cl.isdigit() else min(cap, 1 << 20))
+    got = 0
+    while got < cap:
+        if got == len(buf):
+            buf.extend(bytearray(min(len(buf), cap - got)))
+        view = memoryview(buf)[got:]
+        try:
+            n = resp.readinto(view)
+        finally:
+            view.release()
+        if not n:
+            break
+        got += n
+    del buf[got:]
+    if got > limit or not resp.isclosed():
+        abandon(resp)
+    return buf
+
+
 def refuse_html(resp, name, url):
     """A 2xx text/html answer for a file that is not HTML: the mirror's login or error page."""
     ctype = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
     if ctype in HTML_TYPES and not name.lower().endswith(HTML_NAMES):
-        try:
-            resp.close()
-        except Exception:
-            pass
+        abandon(resp)
         raise DownloadError(
             "%s: %s answered %d with an HTML page (Content-Type %s) instead of the file: most likely the "
             "mirror's login, captcha or error page. Check endpoint/url, the token and that the mirror "
@@ -174,10 +306,7 @@ def describe_error(e):
 def status_error(resp, url, what):
     code = resp.status
     ra = parse_retry_after(resp.getheader("Retry-After"))
-    try:
-        resp.read()
-    except Exception:
-        pass
+    drain(resp)
     if code in RETRY_STATUSES:
         return Retryable("%s: HTTP %d from %s" % (what, code, redact_url(url)), retry_after=ra)
     if code in (401, 403):

@@ -11,7 +11,7 @@ from __future__ import absolute_import, division, print_function
 import json
 import re
 import sys
-from urllib.parse import quote, quote_plus, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
 
 __metaclass__ = type
 
@@ -60,9 +60,58 @@ def redact_url(url):
     """The URL without userinfo and query string (signed CDN URLs carry credentials there)."""
     if not url:
         return url
-    p = urlsplit(url)
+    try:
+        p = urlsplit(url)
+    except ValueError:  # an unbalanced [ in the host: it is not shown (it may hold a credential)
+        return "(a URL that does not parse)"
     netloc = p.netloc.rsplit("@", 1)[-1]
     return urlunsplit((p.scheme, netloc, p.path, "", ""))
+
+
+# Query keys of signed or authenticated URLs: S3 (X-Amz-Signature, X-Amz-Credential, X-Amz-Security-Token),
+# GCS (X-Goog-Signature), CloudFront (Signature, Key-Pair-Id, Policy), Azure SAS (sig), generic token/key.
+SIGNED_QUERY = re.compile(r"(?i)(signature|credential|security-token|sig$|token|key|secret|auth|password|"
+                          r"session|policy)")
+
+
+def url_secrets(url):
+    """What of a URL must not be shown: its query string (raw and decoded) and the password of its
+    userinfo.  The modules add these to Ansible's no_log values, so ``invocation.module_args`` and every
+    result show ``********`` in their place; messages use redact_url()."""
+    if not url or not isinstance(url, str):
+        return []
+    p = urlsplit(url)
+    out = set()
+    if p.query:
+        out.update((p.query, unquote(p.query)))
+    if p.password:
+        out.update((p.password, unquote(p.password)))
+    return sorted((x for x in out if x), key=len, reverse=True)
+
+
+def looks_signed(url):
+    """Whether a URL's query carries a credential (a signed URL, a token parameter): its keys say so."""
+    try:
+        keys = [k for k, _v in parse_qsl(urlsplit(url or "").query, keep_blank_values=True)]
+    except ValueError:
+        return True
+    return any(SIGNED_QUERY.search(k) for k in keys)
+
+
+def hide_url_query(module):
+    """In a module (model_download, gguf_info): mask the ``url`` option's query string and userinfo password
+    in everything the module returns, ``invocation.module_args`` included (AWX stores it), and warn when
+    the query looks like a credential: Ansible logged the arguments on the node before the module ran, so
+    such a query belongs in ``url_query`` (no_log)."""
+    url = module.params.get("url")
+    secrets = url_secrets(url)
+    if not secrets:
+        return
+    module.no_log_values.update(secrets)
+    if looks_signed(url):
+        module.warn("url carries a query string that looks like a credential (a signed URL?). It is masked "
+                    "in this result, but Ansible logged the module arguments on the node before the module "
+                    "ran: pass the query string as url_query (never logged) instead")
 
 
 def _token_forms(token):

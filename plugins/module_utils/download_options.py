@@ -10,12 +10,17 @@ Plain Python 3.6, standard library only; importable without Ansible.
 """
 from __future__ import absolute_import, division, print_function
 
+import math
 import os
 import re
+from urllib.parse import urlsplit
 
 from ansible_collections.llmops.serving.plugins.module_utils.download_http import url_origin
-from ansible_collections.llmops.serving.plugins.module_utils.download_messages import DownloadError
-from ansible_collections.llmops.serving.plugins.module_utils.download_source import HEX64
+from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (
+    DownloadError,
+    redact_url,
+)
+from ansible_collections.llmops.serving.plugins.module_utils.download_source import HEX64, MAX_FILE_SIZE
 
 __metaclass__ = type
 
@@ -32,6 +37,22 @@ HUBS = {
 # ModelScope's SDK authenticates repository downloads with this cookie (its value is the access token).
 MODELSCOPE_COOKIE = "m_session_id"
 BAD_TOKEN_CHARS = re.compile(r"[\s\x00-\x1f\x7f]")
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+# The options that name things (never a secret): a control character (a newline from a template, a NUL) is
+# refused naming the option.  url is refused without echoing it (a signed URL carries a credential).
+NAMES = ("repo", "filename", "revision", "endpoint", "url", "dest", "progress_file", "sha256")
+# Numeric options: (lowest, highest, integer).  Sizes are file offsets (off_t); the others are bounds a
+# human would set (a day of stall timeout, a week of waiting for the lock, 1000 retries, an hour of backoff).
+RANGES = {
+    "size": (0, MAX_FILE_SIZE, True),
+    "connections": (1, None, True),
+    "parallel_min_size": (0, MAX_FILE_SIZE, True),
+    "timeout": (1, 86400, True),
+    "retries": (0, 1000, True),
+    "retry_delay": (0, 3600, False),
+    "free_space_margin": (0, MAX_FILE_SIZE, True),
+    "lock_timeout": (0, 7 * 86400, False),
+}
 
 # name -> Ansible argument spec entry (type, default, required, choices, no_log)
 OPTIONS = {
@@ -42,6 +63,7 @@ OPTIONS = {
     "endpoint": {"type": "str"},
     "token": {"type": "str", "no_log": True},
     "url": {"type": "str"},
+    "url_query": {"type": "str", "no_log": True},
     "dest": {"type": "path", "required": True},
     "sha256": {"type": "str"},
     "size": {"type": "int"},
@@ -63,6 +85,7 @@ OPTION_RULES = {
     "mutually_exclusive": [("url", "repo")],
     "required_one_of": [("url", "repo")],
     "required_together": [("repo", "filename")],
+    "required_by": {"url_query": ("url",)},
 }
 
 DEFAULTS = dict((name, spec.get("default")) for name, spec in OPTIONS.items())
@@ -102,9 +125,83 @@ def _hub_defaults(o, params):
                                 "token is not shown here" % hub["token_env"])
 
 
+def _number(o, name):
+    """o[name] as a number within RANGES[name]; else DownloadError naming the option (NaN, inf, a string)."""
+    lo, hi, integer = RANGES[name]
+    value = o[name]
+    try:
+        if isinstance(value, bool) or value is None:
+            raise TypeError
+        number = float(value)
+        if not math.isfinite(number) or (integer and number != int(number)):
+            raise ValueError
+        number = int(value) if integer else number
+    except (TypeError, ValueError, OverflowError):
+        kind = "whole number" if integer else "number"
+        raise DownloadError("%s must be a %s, got %r" % (name, kind, value)) from None
+    if number < lo or (hi is not None and number > hi):
+        bounds = "at least %s" % lo if hi is None else "between %s and %s" % (lo, hi)
+        raise DownloadError("%s must be %s, got %s" % (name, bounds, value))
+    return number
+
+
+def _check_filename(filename):
+    """A repo file: a path of names, none of them empty, '.' or '..' (a name like 'sub/' or '.' names a
+    folder, and the file would land on the destination directory itself)."""
+    parts = filename.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise DownloadError("filename %r does not name a file in the repo: give the file's path, e.g. "
+                            "model.gguf or folder/model-00001-of-00003.gguf (no empty, '.' or '..' part, no "
+                            "leading or trailing /)" % filename)
+
+
+def _check_url(name, url):
+    """An http(s) URL with a host (a port, when given, a number): else DownloadError naming the option (the
+    URL is shown without its query and userinfo)."""
+    try:
+        p = urlsplit(url)
+        ok = p.scheme in ("http", "https") and bool(p.hostname)
+        p.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        ok = False
+    if not ok:
+        raise DownloadError("%s must be an http(s) URL with a host, such as https://hf-mirror.com, got %r"
+                            % (name, redact_url(url)))
+
+
+def _join_query(o):
+    """url_query (a signed URL's query string, kept out of logs) appended to url."""
+    query = o.get("url_query")
+    if not query:
+        return
+    if not o["url"]:
+        raise DownloadError("url_query is the query string of url: give url too")
+    if BAD_TOKEN_CHARS.search(query):
+        raise DownloadError("url_query contains whitespace or control characters (a trailing newline from a "
+                            "vault or file lookup?): strip it; the value is not shown here")
+    query = query[1:] if query.startswith("?") else query
+    o["url"] = o["url"] + ("&" if "?" in o["url"] else "?") + query
+
+
 def normalize(params):
     o = dict(DEFAULTS)
     o.update(dict((k, v) for k, v in params.items() if v is not None))
+    for name in NAMES:
+        value = o.get(name)
+        if not isinstance(value, str):
+            continue
+        shown = redact_url(value) if name in ("url", "endpoint") else value
+        if CONTROL_CHARS.search(value):
+            raise DownloadError("%s contains a control character (a newline or NUL, often from a template or "
+                                "a file lookup): remove it (%s: %r)" % (name, name, shown))
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DownloadError("%s is not valid UTF-8 text (%s: %r): give it as UTF-8"
+                                % (name, name, shown)) from None
+    for name in RANGES:
+        if o.get(name) is not None:
+            o[name] = _number(o, name)
     if not o["dest"]:
         raise DownloadError("dest is required: the directory that receives the model file(s)")
     if os.path.isfile(o["dest"]) or o["dest"].endswith(".gguf"):
@@ -122,9 +219,10 @@ def normalize(params):
             raise DownloadError("filename is required with repo (e.g. Qwen3.6-27B-UD-Q5_K_XL.gguf)")
         if o["repo"].count("/") != 1 or o["repo"].startswith("/") or o["repo"].endswith("/"):
             raise DownloadError("repo must look like 'org/name', got %r" % o["repo"])
-        if ".." in o["filename"].split("/"):
-            raise DownloadError("filename must not contain '..'")
+        _check_filename(o["filename"])
         _hub_defaults(o, params)
+    _check_url("endpoint" if o["repo"] else "url", o["endpoint"] if o["repo"] else o["url"])
+    _join_query(o)
     if o["token"] and BAD_TOKEN_CHARS.search(o["token"]):
         raise DownloadError("token contains whitespace or control characters (often a trailing newline from "
                             "a vault or file lookup): strip it, e.g. token: \"{{ vault_hf_token | trim }}\"; "
@@ -139,11 +237,6 @@ def normalize(params):
             o["sha256"] = o["sha256"][7:]
         if not HEX64.match(o["sha256"]):
             raise DownloadError("sha256 must be 64 hex digits, got %r" % params.get("sha256"))
-    for k in ("connections", "retries", "timeout"):
-        if int(o[k]) < (0 if k == "retries" else 1):
-            raise DownloadError("%s must be at least %d" % (k, 0 if k == "retries" else 1))
-    o["connections"] = min(int(o["connections"]), 64)
+    o["connections"] = min(o["connections"], 64)
     o["lock_timeout"] = float(o["lock_timeout"])
-    if o["lock_timeout"] < 0:
-        raise DownloadError("lock_timeout must be at least 0 (seconds to wait for another run)")
     return o

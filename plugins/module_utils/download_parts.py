@@ -28,6 +28,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.model_sidecar impor
 from ansible_collections.llmops.serving.plugins.module_utils.safe_files import (
     lock_path,
     read_json,
+    trusted_owner,
     write_json_atomic,
 )
 
@@ -77,14 +78,17 @@ def ranges_safe(o, t):
 
 
 def trusted_state(o, t):
-    """(ranges written, CDN ETag) of an earlier run's ``.part`` that this run may resume, or None."""
-    st = read_json(state_path(t))
+    """(ranges written, CDN ETag) of an earlier run's ``.part`` that this run may resume, or None.  The part
+    and its state must have been written by this run's user or root (safe_files.trusted_owner): ranges a
+    service user planted are not resumed."""
+    st = read_json(state_path(t), trusted=True)
     try:
         pst = os.lstat(part_path(t))
     except OSError:
         pst = None
     if st and pst and st.get("version") == STATE_VERSION and st.get("identity") == part_identity(t) \
-            and stat.S_ISREG(pst.st_mode) and pst.st_size == t.size and validator(o, t):
+            and stat.S_ISREG(pst.st_mode) and trusted_owner(pst) and pst.st_size == t.size \
+            and validator(o, t):
         return Ranges(st.get("done") or []).clip(t.size), st.get("cdn_etag")
     return None
 
@@ -135,19 +139,29 @@ def disk_error(e, path):
 
 
 def preallocate(fd, size, path):
+    """Give the (empty) part its full size before any byte arrives.  DownloadError when the filesystem
+    refuses: disk full, or a size it cannot hold (EFBIG, EINVAL); the caller removes the empty part."""
     if size == 0:
         return
     fallocate = getattr(os, "posix_fallocate", None)
-    if fallocate is not None:
-        try:
-            fallocate(fd, 0, size)
-            return
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise disk_error(e, path) from None
-            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)):
-                raise disk_error(e, path) from None
-    os.ftruncate(fd, size)
+    try:
+        if fallocate is not None:
+            try:
+                fallocate(fd, 0, size)
+                return
+            except OSError as e:
+                unsupported = (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP))
+                if e.errno not in unsupported:
+                    raise
+        os.ftruncate(fd, size)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DownloadError("disk full: cannot make room for %s (%s, %s): free space (or choose another "
+                                "dest) and rerun" % (path, human(size), os.strerror(e.errno)),
+                                disk_full=True) from None
+        raise DownloadError("cannot make %s %d bytes long (%s): too large for the filesystem of dest, or a "
+                            "wrong size; nothing was downloaded" % (path, size, os.strerror(e.errno)
+                                                                    if e.errno else e)) from None
 
 
 def free_space_check(dest, plans, margin):

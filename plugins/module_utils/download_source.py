@@ -22,7 +22,10 @@ import re
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 from ansible_collections.llmops.serving.plugins.module_utils.download_http import (
+    drain,
+    read_bounded,
     refuse_html,
+    request_deadline,
     status_error,
     with_retries,
 )
@@ -36,7 +39,13 @@ __metaclass__ = type
 SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<idx>\d{5})-of-(?P<total>\d{5})\.gguf$")
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-LISTING_MAX_BYTES = 64 << 20  # a listing of thousands of files is a few MB; more is not a listing
+# The largest file size there can be (a file offset, off_t): a claim above it is not a file's size.
+MAX_FILE_SIZE = (1 << 63) - 1
+# A ModelScope listing is read and parsed within these limits (a real entry is ~400 bytes and ~14 JSON
+# values: about 40,000 files).  The bytes are read into one buffer; only the entries of the files asked for
+# are kept while parsing, so memory stays near twice the listing's size whatever its shape.
+LISTING_MAX_BYTES = 16 << 20
+LISTING_MAX_VALUES = 1000000
 
 
 def split_parts(filename):
@@ -64,6 +73,9 @@ class Target:
         self.etag = None
         self.last_modified = None
         self.source = {}
+        # set by download.apply() when the file at final_path did not verify: {"sha256", "size"} of that file,
+        # which stays in place until verified bytes replace it (then it goes to the quarantine slot)
+        self.replaces = None
 
     @property
     def source_url(self):
@@ -74,8 +86,9 @@ def build_targets(o):
     dest = os.path.abspath(o["dest"])
     if o["url"]:
         name = os.path.basename(urlsplit(o["url"]).path)
-        if not name:
-            raise DownloadError("cannot take a file name from url %s" % redact_url(o["url"]))
+        if name in ("", ".", ".."):
+            raise DownloadError("cannot take a file name from url %s: its path must end with the file's name "
+                                "(e.g. https://host/models/model.gguf)" % redact_url(o["url"]))
         t = Target(name, o["url"], os.path.join(dest, name))
         t.source = {"url": redact_url(o["url"])}
         return [t]
@@ -119,16 +132,17 @@ def fetch_metadata(o, t, session, revision=None):
         url = o["url"]
 
         def head():
-            resp, final = session.request("HEAD", url, auth_origin=o.get("auth_origin"))
-            if resp.status >= 400:
-                raise status_error(resp, url, "HEAD")
-            if 200 <= resp.status < 300:
-                refuse_html(resp, t.name, final)
-            resp.read()
-            return resp
+            with session.deadline(request_deadline(o["timeout"]), "HEAD %s" % t.name):
+                resp, final = session.request("HEAD", url, auth_origin=o.get("auth_origin"))
+                if resp.status >= 400:
+                    raise status_error(resp, url, "HEAD")
+                if 200 <= resp.status < 300:
+                    refuse_html(resp, t.name, final)
+                drain(resp)
+                return resp
         resp = with_retries(head, o["retries"], o["retry_delay"], "metadata for %s" % t.name)
         cl = resp.getheader("Content-Length")
-        t.size = int(o["size"]) if o["size"] else (int(cl) if cl and cl.isdigit() else None)
+        t.size = int(o["size"]) if o["size"] else claimed_size(cl, t, o)
         t.sha256 = o["sha256"]
         t.etag = resp.getheader("ETag")
         t.last_modified = resp.getheader("Last-Modified")
@@ -138,19 +152,20 @@ def fetch_metadata(o, t, session, revision=None):
 
     def head_hub():
         u = url
-        for _hop in range(5):
-            resp, _final = session.request("HEAD", u, follow=False, auth_origin=o.get("auth_origin"))
-            if resp.status in (301, 302, 303, 307, 308):
-                resp.read()
-                if resp.getheader("X-Linked-Etag") or resp.getheader("X-Repo-Commit"):
-                    return resp
-                u = urljoin(u, resp.getheader("Location"))
-                continue
-            if resp.status >= 400:
-                raise status_error(resp, u, "HEAD %s" % t.name)
-            refuse_html(resp, t.name, u)
-            resp.read()
-            return resp
+        with session.deadline(request_deadline(o["timeout"]), "HEAD %s" % t.name):
+            for _hop in range(5):
+                resp, _final = session.request("HEAD", u, follow=False, auth_origin=o.get("auth_origin"))
+                if resp.status in (301, 302, 303, 307, 308):
+                    drain(resp)
+                    if resp.getheader("X-Linked-Etag") or resp.getheader("X-Repo-Commit"):
+                        return resp
+                    u = urljoin(u, resp.getheader("Location"))
+                    continue
+                if resp.status >= 400:
+                    raise status_error(resp, u, "HEAD %s" % t.name)
+                refuse_html(resp, t.name, u)
+                drain(resp)
+                return resp
         raise DownloadError("too many redirects resolving %s" % redact_url(url))
     resp = with_retries(head_hub, o["retries"], o["retry_delay"], "metadata for %s" % t.name)
     commit = (resp.getheader("X-Repo-Commit") or "").strip().lower()
@@ -160,15 +175,31 @@ def fetch_metadata(o, t, session, revision=None):
     sha = linked_etag.replace("W/", "").strip('"').lower()
     t.commit = commit if HEX40.match(commit) else None
     t.sha256 = sha if HEX64.match(sha) else None
-    if linked_size and linked_size.isdigit():
-        t.size = int(linked_size)
+    if linked_size and linked_size.strip().isdigit():
+        t.size = claimed_size(linked_size, t, o)
     else:
-        cl = resp.getheader("Content-Length")
-        t.size = int(cl) if cl and cl.isdigit() and resp.status == 200 else None
+        t.size = claimed_size(resp.getheader("Content-Length"), t, o) if resp.status == 200 else None
     t.etag = etag or None
     _check_given(o, t)
     t.url = resolve_url(o, t.name, t.commit or revision or o["revision"])
     return t
+
+
+def claimed_size(value, t, o):
+    """The size a source states (a header's digits, a listing's integer), or None when it states none;
+    DownloadError for a size no file can have (never a preallocation that fails with EINVAL)."""
+    if isinstance(value, str):
+        value = value.strip()
+        if not value.isdigit():
+            return None
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        return None
+    if value > MAX_FILE_SIZE:
+        raise DownloadError("%s: %s states an impossible size (%d bytes, more than any file can have): the "
+                            "source is broken; nothing was written. Use another endpoint or mirror"
+                            % (t.name, redact_url(o.get("endpoint") or o.get("url")) or "the source", value))
+    return value
 
 
 def _check_given(o, t):
@@ -197,9 +228,8 @@ def _modelscope_metadata(o, t, session, revision):
                             % (t.name, o["repo"], revision, redact_url(o["endpoint"])), status=404)
     sha = str(entry.get("Sha256") or "").strip().lower()
     commit = str(entry.get("Revision") or "").strip().lower()
-    size = entry.get("Size")
     t.sha256 = sha if HEX64.match(sha) else None
-    t.size = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+    t.size = claimed_size(entry.get("Size"), t, o)
     t.commit = commit if HEX40.match(commit) else None
     t.etag = None
     _check_given(o, t)
@@ -208,34 +238,67 @@ def _modelscope_metadata(o, t, session, revision):
 
 
 def _modelscope_files(o, session, revision):
-    """{path: listing entry} of the repo's files (not folders) at revision, cached on the session."""
+    """{path: listing entry} of the files of a run (every part of a split set) at revision, from one listing
+    read within the deadline and the limits above, cached on the session."""
     url = listing_url(o, revision)
     cache = getattr(session, "listings", None)
     if cache is not None and url in cache:
         return cache[url]
+    where = "file listing of %s" % o["repo"]
 
     def get():
-        resp, final = session.request("GET", url, headers={"Accept": "application/json"},
-                                      auth_origin=o.get("auth_origin"))
-        if resp.status >= 400:
-            raise status_error(resp, url, "file listing of %s" % o["repo"])
-        refuse_html(resp, "file listing of %s" % o["repo"], final)
-        return resp.read(LISTING_MAX_BYTES + 1)
-    body = with_retries(get, o["retries"], o["retry_delay"], "file listing of %s" % o["repo"])
+        with session.deadline(request_deadline(o["timeout"]), where):
+            resp, final = session.request("GET", url, headers={"Accept": "application/json"},
+                                          auth_origin=o.get("auth_origin"))
+            if resp.status >= 400:
+                raise status_error(resp, url, where)
+            refuse_html(resp, where, final)
+            cl = (resp.getheader("Content-Length") or "").strip()
+            if cl.isdigit() and int(cl) > LISTING_MAX_BYTES:
+                drain(resp, 0)  # never read it
+                return None
+            return read_bounded(resp, LISTING_MAX_BYTES)
+    body = with_retries(get, o["retries"], o["retry_delay"], where)
     files = parse_listing(body, o, revision)
     if cache is not None:
         cache[url] = files
     return files
 
 
-def parse_listing(body, o, revision):
+def parse_listing(body, o, revision, wanted=None):
+    """The listing's file entries {Path: entry}: those of ``wanted`` (default: every part of o's filename;
+    every file when o names none).  ``body`` None or longer than LISTING_MAX_BYTES, more than
+    LISTING_MAX_VALUES JSON values, nesting deeper than the parser allows: DownloadError (not a listing)."""
     where = "the file listing of %s at %s from %s" % (o["repo"], revision, redact_url(o["endpoint"]))
-    if len(body) > LISTING_MAX_BYTES:
-        raise DownloadError("%s is larger than %d bytes: not a file listing" % (where, LISTING_MAX_BYTES))
+    if body is None or len(body) > LISTING_MAX_BYTES:
+        raise DownloadError("%s is larger than %d bytes: not a file listing (check endpoint)"
+                            % (where, LISTING_MAX_BYTES))
+    # every JSON value but the first follows a ',' or opens a container: this counts them all (and more)
+    if body.count(b",") + body.count(b"[") + body.count(b"{") > LISTING_MAX_VALUES:
+        raise DownloadError("%s has more than %d JSON values: not a file listing of a model repo (check "
+                            "endpoint)" % (where, LISTING_MAX_VALUES))
+    if wanted is None and o.get("filename"):
+        wanted = split_parts(o["filename"])
+    wanted = None if wanted is None else set(wanted)
+    outer = [0]
+
+    def keep(obj):
+        # entries of other files are dropped as they are parsed; the two outer objects are kept
+        path = obj.get("Path")
+        if isinstance(path, str) and path:
+            return obj if wanted is None or path in wanted else None
+        if outer[0] < 2 and ("Data" in obj or "Files" in obj or "Code" in obj):
+            outer[0] += 1
+            return obj
+        return None
     try:
-        doc = json.loads(body.decode("utf-8"))
+        doc = json.loads(bytes(body).decode("utf-8"), object_hook=keep)
     except ValueError:
-        raise DownloadError("%s is not JSON: check endpoint (a ModelScope hub or mirror)" % where) from None
+        raise DownloadError("%s is not JSON: not a file listing; check endpoint (a ModelScope hub or mirror)"
+                            % where) from None
+    except RecursionError:
+        raise DownloadError("%s nests deeper than a JSON parser allows: not a file listing; check endpoint"
+                            % where) from None
     if not isinstance(doc, dict):
         raise DownloadError("%s is not a JSON object" % where)
     if doc.get("Code") not in (200, "200"):

@@ -28,8 +28,10 @@ from http import client as http_client
 from ansible_collections.llmops.serving.plugins.module_utils import download_parts as parts
 from ansible_collections.llmops.serving.plugins.module_utils.download_http import (
     Session,
+    abandon,
     backoff,
     describe_error,
+    drain,
     refuse_html,
     status_error,
 )
@@ -161,7 +163,7 @@ class FileDownload:
         url = self.cdn_url or self.t.url
         resp, final = session.request("GET", url, headers=headers, auth_origin=self.o.get("auth_origin"))
         if resp.status in (401, 403, 404, 410) and self.cdn_url:
-            resp.read()
+            drain(resp)
             self.cdn_url = None  # signed CDN URL expired: resolve again
             raise Retryable("CDN answered %d; resolving the URL again" % resp.status)
         if resp.status in (200, 206):
@@ -175,7 +177,7 @@ class FileDownload:
         another version of the file (or something else), never the file."""
         cl = (resp.getheader("Content-Length") or "").strip()
         if cl.isdigit() and int(cl) != want:
-            resp.close()
+            abandon(resp)
             raise DownloadError(
                 "%s: %s sends %s bytes, expected %d (the size from the metadata): the file changed at the "
                 "source, or the server sends something else; nothing reached the final path. Rerun to fetch "
@@ -191,7 +193,7 @@ class FileDownload:
             except (http_client.HTTPException, OSError):
                 extra = b""
             if extra:
-                resp.close()
+                abandon(resp)
                 raise DownloadError("%s: %s sends more than the expected %d bytes: the file changed at the "
                                     "source, or the server sends something else; nothing reached the final "
                                     "path" % (self.t.name, redact_url(self.cdn_url or self.t.url), self.size))
@@ -201,7 +203,7 @@ class FileDownload:
         resp = self._get(session, pos, end, True)
         if resp.status == 416:
             cr = resp.getheader("Content-Range") or ""
-            resp.read()
+            drain(resp)
             m = re.match(r"bytes \*/(\d+)", cr)
             if m and int(m.group(1)) != self.size:
                 raise DownloadError("%s: the server now reports %s bytes, expected %d: the file changed "
@@ -211,18 +213,21 @@ class FileDownload:
         if resp.status == 200 and pos == 0 and end == self.size:
             return self._stream_whole(resp, gen)  # the whole file was asked for anyway
         if resp.status == 200:
-            resp.close()
+            abandon(resp)
             raise RangesRefused("server ignored Range (200)")
         if resp.status != 206:
             raise status_error(resp, self.cdn_url or self.t.url, "GET %s" % self.t.name)
         m = re.match(r"bytes (\d+)-(\d+)/(\d+|\*)", resp.getheader("Content-Range") or "")
-        if not m or int(m.group(1)) != pos or (m.group(3) != "*" and int(m.group(3)) != self.size):
-            resp.close()
+        if not m or int(m.group(1)) != pos:
+            abandon(resp)
             raise Retryable("bad Content-Range %r for bytes=%d-%d"
                             % (resp.getheader("Content-Range"), pos, end - 1))
+        if m.group(3) != "*" and int(m.group(3)) != self.size:
+            abandon(resp)
+            raise self._size_conflict(int(m.group(3)))
         cl = (resp.getheader("Content-Length") or "").strip()
         if cl.isdigit() and int(cl) != int(m.group(2)) - int(m.group(1)) + 1:
-            resp.close()
+            abandon(resp)
             raise Retryable("Content-Length %s does not match Content-Range %r"
                             % (cl, resp.getheader("Content-Range")))
         etag = resp.getheader("ETag")
@@ -232,9 +237,22 @@ class FileDownload:
             elif etag and etag != self.cdn_etag and not self.t.sha256:
                 # without a known sha256 the ETag is all that ties the ranges together; with one, the
                 # final hash check catches mixed content, and CDN edges may spell ETags differently
-                resp.close()
+                abandon(resp)
                 raise RangesRefused("ETag changed (%s -> %s)" % (self.cdn_etag, etag))
         return self._stream(resp, pos, min(end, int(m.group(2)) + 1), gen)
+
+    def _size_conflict(self, served):
+        """The server's file has another size than the metadata states: not a transient fault (retrying gets
+        the same answer), so the download stops at once and its part is discarded (``discard_part``)."""
+        err = DownloadError(
+            "%s: %s serves a file of %d bytes, but the metadata states %d bytes%s: the source contradicts "
+            "itself (stale metadata on a mirror?); nothing reached the final path. Retrying will not help: "
+            "use another endpoint or mirror, or pin revision to a commit whose metadata is right"
+            % (self.t.name, redact_url(self.cdn_url or self.t.url), served, self.size,
+               " (sha256 %s)" % self.t.sha256 if self.t.sha256 else ""),
+            expected_size=self.size, got_size=served)
+        err.discard_part = True
+        return err
 
     def _fetch_whole(self, session, pos, end, gen):
         """The whole file without Range (``pos`` is always 0 here: a retry starts over)."""
@@ -392,7 +410,18 @@ class FileDownload:
             if st.st_size != self.size:
                 self.done = Ranges()
                 os.ftruncate(self.fd, 0)
-                parts.preallocate(self.fd, self.size, self.part)
+                try:
+                    parts.preallocate(self.fd, self.size, self.part)
+                except DownloadError as e:
+                    # the part holds nothing: it goes (with any state), and the message says so
+                    for p in (self.part, self.state_path):
+                        try:
+                            os.unlink(p)
+                        except OSError:
+                            pass
+                    e.msg += "; the empty partial file was removed"
+                    e.args = (e.msg,)
+                    raise
             self.save_state()
             self.progress.add(0)
             with self.progress.lock:

@@ -12,7 +12,10 @@ download_http.Session (the token only ever goes to the origin of endpoint/url, n
 on another host). The header is parsed by gguf.read_structure_from() with the local reader's limits; the
 bytes come in windows that start at 1 MiB and double as the parser needs more, so a header of H bytes costs
 about log2(H) requests and at most 2H + 1 MiB, and the tensor data is never requested. A server that
-ignores Range (200 with the whole body) is refused without reading past the first window.
+ignores Range (200 with the whole body) is refused without reading past the first window. Each request
+(the HEAD, the ModelScope listing, each window) must end within download_http.DEADLINE_FACTOR times
+``timeout`` in all, body included: a server sending one byte per second meets that deadline, not only the
+idle timeout.
 
 Plain Python 3.6, standard library only; importable without Ansible.
 """
@@ -29,7 +32,9 @@ from ansible_collections.llmops.serving.plugins.module_utils import gguf
 from ansible_collections.llmops.serving.plugins.module_utils.download_http import (
     Session,
     describe_error,
+    drain,
     refuse_html,
+    request_deadline,
     status_error,
     with_retries,
 )
@@ -55,8 +60,8 @@ MAX_WINDOW = 64 * MIB
 
 # The options of a remote source, with model_download's names; the defaults that differ from model_download's
 # suit a read of a few MB (model_download retries a 19 GB transfer 8 times, 2 s backoff first).
-REMOTE_OPTIONS = ("url", "source", "repo", "filename", "revision", "endpoint", "token", "validate_certs",
-                  "timeout", "retries", "retry_delay")
+REMOTE_OPTIONS = ("url", "url_query", "source", "repo", "filename", "revision", "endpoint", "token",
+                  "validate_certs", "timeout", "retries", "retry_delay")
 REMOTE_DEFAULTS = {"retries": 2, "retry_delay": 1.0}
 
 # normalize() validates a download destination; gguf_info writes nothing, this is never created or read.
@@ -265,20 +270,22 @@ class _RangeFile(object):
     def _get(self, start, end):
         """Bytes [start, end) (fewer only at the end of the file) from one ranged GET."""
         session = self.remote.session
-        resp, final = session.request("GET", self.url, headers={"Range": "bytes=%d-%d" % (start, end - 1)},
-                                      auth_origin=self.remote.options["auth_origin"])
-        try:
-            data = self._body(resp, start, end)
-        except (http_client.HTTPException, OSError) as exc:
-            session.close()
-            raise Retryable("GET %s: %s" % (self.name, describe_error(exc))) from None
+        with session.deadline(request_deadline(self.remote.options["timeout"]), "GET %s" % self.name):
+            resp, final = session.request("GET", self.url,
+                                          headers={"Range": "bytes=%d-%d" % (start, end - 1)},
+                                          auth_origin=self.remote.options["auth_origin"])
+            try:
+                data = self._body(resp, start, end)
+            except (http_client.HTTPException, OSError) as exc:
+                session.close()
+                raise Retryable("GET %s: %s" % (self.name, describe_error(exc))) from None
         self.url = final  # later windows go straight to where the hub redirected (its CDN), one hop each
         return data
 
     def _body(self, resp, start, end):
         if resp.status == 416 and start == 0:
             m = re.match(r"^bytes\s+\*/(\d+)$", resp.getheader("Content-Range") or "")
-            resp.read()
+            drain(resp)
             if m:
                 self.size = int(m.group(1))
                 return b""

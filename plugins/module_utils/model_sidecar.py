@@ -8,7 +8,10 @@ model_download writes it (after a download, and when it verified a file already 
 reads it, to skip hashing a file that has not changed since it was verified.  The record identifies the
 content by size, mtime_ns, inode and ctime_ns: writing the file, ``touch``, ``utime`` (a restored mtime),
 chmod/chown or replacing it all change ctime, which a user cannot set, so such a file no longer matches
-and is hashed again.  See download.py for what this fast path cannot detect.
+and is hashed again.  The record belongs to the user the run is (root in production), whoever owns the
+model file, and is trusted only when it is owned by that user or root, has one link and is writable by
+nobody else: the service user can write the models directory, but cannot forge a record there (it cannot
+create a root-owned file).  See download.py for what this fast path cannot detect.
 
 Plain Python 3.6, standard library only; importable without Ansible (and without the downloader).
 """
@@ -32,8 +35,9 @@ def sidecar_path(final_path):
 
 
 def read_sidecar_record(final_path):
-    """The sidecar record of final_path, or None when it is absent, unreadable or of another version."""
-    rec = read_json(sidecar_path(final_path))
+    """The sidecar record of final_path, or None when it is absent, unreadable, of another version, or not
+    written by this run's user or root (safe_files.trusted_owner)."""
+    rec = read_json(sidecar_path(final_path), trusted=True)
     if not rec or rec.get("version") != SIDECAR_VERSION:
         return None
     return rec
@@ -63,13 +67,14 @@ def recorded_sha256(path):
 
 def write_sidecar_record(final_path, sha, _stat=None, **provenance):
     """Record that final_path (as it is now: size, mtime, inode, ctime) has sha256 `sha`, with its
-    provenance (commit, etag, source, source_url).  Owned like the file, written to an unguessable
-    temporary name and renamed (never through a planted link).
+    provenance (commit, etag, source, source_url).  Owned by this run's user (not the file's owner: see the
+    module docstring), mode 0644, written to an unguessable temporary name and renamed (never through a
+    planted link).
     ``_stat``: the file's stat when the caller already has it (else os.stat)."""
     st = _stat if _stat is not None else os.stat(final_path)
     rec = dict(provenance)
     rec.update({"version": SIDECAR_VERSION, "file": os.path.basename(final_path), "size": st.st_size,
                 "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino, "sha256": sha,
                 "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    write_json_atomic(sidecar_path(final_path), rec, owner=(st.st_uid, st.st_gid))
+    write_json_atomic(sidecar_path(final_path), rec)
     return rec

@@ -121,22 +121,31 @@ def write_json_atomic(path, data, mode=0o644, owner=None):
     write_atomic(path, json.dumps(data, sort_keys=True), mode, owner)
 
 
-def read_json(path):
+def trusted_owner(st):
+    """Whether a file the module trusts without checking its content (a sidecar record, a partial download's
+    state) can only have been written by the user this run is (root in production) or by root: owned by one
+    of them, with one link, and writable by nobody else.  The models directory is writable by the service
+    user, who can create files there but not files owned by root."""
+    return st.st_uid in (0, os.geteuid()) and st.st_nlink == 1 and not st.st_mode & 0o022
+
+
+def read_json(path, trusted=False):
     """The JSON object in ``path``; None when absent, unreadable, not a regular file (never follows a
-    link, never blocks on a FIFO) or not an object."""
+    link, never blocks on a FIFO), not an object, nested too deep, or (with ``trusted``) written by someone
+    else than this run's user or root (trusted_owner)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
-    except OSError:
+    except (OSError, ValueError):
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JSON:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JSON or (trusted and not trusted_owner(st)):
             return None
         clear_nonblock(fd)
         raw = os.read(fd, MAX_JSON + 1)
         data = json.loads(raw.decode("utf-8"))
         return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     finally:
         os.close(fd)
@@ -155,14 +164,57 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def quarantine(path):
-    q = "%s.corrupt-%s" % (path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+QUARANTINE = ".corrupt-"
+
+
+def quarantined_copies(final_path):
+    """The quarantined copies of final_path there are: ``<file>.corrupt-*`` (and ``<file>.part.corrupt-*``,
+    which earlier versions wrote), regular files only."""
+    d, b = os.path.split(final_path)
+    out = []
+    try:
+        names = os.listdir(d or ".")
+    except OSError:
+        return out
+    for name in sorted(names):
+        if name.startswith(b + QUARANTINE) or name.startswith(b + ".part" + QUARANTINE):
+            p = os.path.join(d, name)
+            try:
+                if stat.S_ISREG(os.lstat(p).st_mode):
+                    out.append(p)
+            except OSError:
+                pass
+    return out
+
+
+def quarantine(path, final_path=None, keep=False):
+    """Move ``path`` (bytes that failed verification, or a file at the final path that did not match) to the
+    one quarantine slot of ``final_path`` (default ``path``): ``<file>.corrupt-<UTC time>``.  Older copies
+    of that file are removed first, so there is at most one per file (a retried job that fails the same way
+    does not fill the disk).  ``keep``: hard-link instead of moving, so ``path`` keeps its file until the
+    caller renames the replacement over it (falls back to moving where links are not possible).
+    Returns (the quarantined copy, the older copies removed)."""
+    final_path = final_path or path
+    removed = []
+    for old in quarantined_copies(final_path):
+        try:
+            os.unlink(old)
+            removed.append(old)
+        except OSError:
+            pass
+    q = "%s%s%s" % (final_path, QUARANTINE, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     n = 1
     while os.path.lexists(q):
-        q = "%s.corrupt-%s-%d" % (path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), n)
+        q = "%s%s%s-%d" % (final_path, QUARANTINE, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), n)
         n += 1
+    if keep:
+        try:
+            os.link(path, q)
+            return q, removed
+        except OSError:
+            pass
     os.rename(path, q)
-    return q
+    return q, removed
 
 
 def hash_file(path, progress=None, bufsize=8 * MIB, nofollow=False):

@@ -60,7 +60,15 @@ options:
       - Exactly one of O(path), O(url) and O(repo) is required.
     type: path
   url:
-    description: A plain HTTP(S) URL of a GGUF file whose header is read remotely, instead of O(path).
+    description:
+      - A plain HTTP(S) URL of a GGUF file whose header is read remotely, instead of O(path).
+      - Its query string is masked in the result, as for model_download; a query that carries a credential
+        (a signed URL) belongs in O(url_query).
+    type: str
+  url_query:
+    description:
+      - The query string of O(url), without C(?), when it carries a credential (a signed URL's signature, a
+        token parameter), as for model_download. Appended to O(url); never logged or shown (C(no_log)).
     type: str
   repo:
     description:
@@ -98,7 +106,10 @@ options:
     type: bool
     default: true
   timeout:
-    description: Seconds without data (connect or read) before a remote request counts as stalled.
+    description:
+      - Seconds without data (connect or read) before a remote request counts as stalled (1 to 86400).
+      - Each remote request (the HEAD, the ModelScope listing, each header window) must also end within
+        4 x O(timeout) in all, body included; a ModelScope listing may be at most 16 MiB.
     type: int
     default: 30
   retries:
@@ -440,6 +451,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils import gguf, gguf_remote  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
     DownloadError,
+    hide_url_query,
     scrub,
 )
 
@@ -449,6 +461,7 @@ def main():
         argument_spec=dict(
             path=dict(type="path"),
             url=dict(type="str"),
+            url_query=dict(type="str", no_log=True),
             repo=dict(type="str"),
             filename=dict(type="str"),
             source=dict(type="str", default="huggingface", choices=["huggingface", "modelscope"]),
@@ -477,8 +490,10 @@ def main():
         mutually_exclusive=[("path", "url", "repo")],
         required_one_of=[("path", "url", "repo")],
         required_together=[("repo", "filename")],
+        required_by={"url_query": ("url",)},
         supports_check_mode=True,
     )
+    hide_url_query(module)
     p = module.params
     if gguf_remote.is_remote(p):
         main_remote(module)

@@ -29,11 +29,13 @@ description:
   - A verified file has a sidecar record C(.<file>.llmops.json) (size, mtime, inode, ctime, sha256, commit,
     source); later runs trust it while size, mtime, inode and ctime are unchanged and, when the hub's HEAD
     gives a sha256, while the record agrees with it, so they do not re-hash.
+  - The record belongs to the user the module runs as (root), whoever owns the model file, and is trusted
+    only when owned by that user or root, with one link and writable by nobody else. The service user can
+    write O(dest) but cannot create a root-owned file, so it cannot forge a record (nor the state of a
+    partial download, which is checked the same way).
   - The fast path catches a rewrite, C(touch), a restored mtime, chmod and chown (they all change ctime,
-    which cannot be set back). It cannot detect silent corruption below the filesystem (bit rot), nor a
-    record forged by someone who can write O(dest) where no HEAD vouches for the file (a re-run with a
-    pinned commit, which makes no request; an unreachable hub; a moved branch kept because
-    O(update=false); a file the hub gives no sha256 for). Use O(force_verify) for those, or pin the
+    which cannot be set back). It cannot detect silent corruption below the filesystem (bit rot), nor
+    changes by root or by someone who can write the block device. Use O(force_verify) for those, or pin the
     content with O(sha256).
   - Refuses, with a message naming the path, anything that is not a regular file at the paths it owns
     (the final path, C(<file>.part), C(<file>.part.json), the sidecar, the lock C(.<file>.llmops.lock)),
@@ -46,7 +48,24 @@ description:
     non-HTML file, a body whose length differs from the expected size - and never mixes two versions of
     a plain O(url) that has no validator (no ETag, no Last-Modified); it restarts from zero instead of
     resuming.
-  - A checksum mismatch moves the bytes to C(<file>.corrupt-<UTC time>) and fails with expected vs got.
+  - A checksum mismatch moves the bytes to C(<file>.corrupt-<UTC time>) and fails with expected vs got. There
+    is at most one such copy per file - a new one replaces the older - so retried jobs cannot fill the disk.
+  - The final path keeps its file until verified bytes replace it. A file there that does not match the
+    source's sha256 stays in place while the download runs; once the new bytes are verified it moves to
+    the quarantine slot and the message says so. A failed download leaves the final path as it was, and
+    the message says what it holds.
+  - A matching sha256 wins over a size claim. A source that claims nothing verifiable - size 0 and no sha256
+    (a mirror's empty 200, a ModelScope listing entry of size 0), or a new version without sha256 and without
+    ETag or Last-Modified - never replaces a file - the verified file is kept, with a warning. A file placed
+    by hand that cannot be checked (no sha256 from the source, another size) is left untouched and the run
+    fails saying so. A hub that states another sha256 for the commit a file was verified from misreports -
+    a commit's content cannot change - so the file is kept and nothing is downloaded.
+  - Every part of a split set comes from the commit the first part resolved to (a branch that moves between
+    two parts cannot mix commits); on ModelScope, every part's sha256 and size come from one listing.
+  - Every metadata request (a HEAD, the ModelScope listing) must end within 4 x O(timeout) in all, body
+    included, so a server that sends one byte per second cannot hold the run (and its lock); it counts as a
+    stall. The ModelScope listing may be at most 16 MiB and 1,000,000 JSON values; only the entries of the
+    files asked for are kept while it is parsed. Error and redirect bodies are read up to 64 KiB.
   - When the hub's branch moved to a new commit since the recorded download, the verified file is kept
     (result RV(update_available)) unless O(update=true).
 version_added: "0.1.0"
@@ -59,7 +78,8 @@ options:
   filename:
     description:
       - File in O(repo), may include a folder. A split GGUF name such as C(model-00001-of-00003.gguf)
-        fetches every part of the set.
+        fetches every part of the set. A name with an empty, C(.) or C(..) part (C(sub/), C(.)) names no file
+        and is refused.
     type: str
   source:
     description:
@@ -95,7 +115,19 @@ options:
         results never contain the token, raw, escaped or URL-encoded.
     type: str
   url:
-    description: A plain HTTP(S) URL instead of O(repo)/O(filename). Give O(sha256) to have it verified.
+    description:
+      - A plain HTTP(S) URL instead of O(repo)/O(filename). Give O(sha256) to have it verified.
+      - Its query string is masked (C(********)) in this module's result, C(invocation.module_args)
+        included, which AWX stores. Ansible has written the module's arguments to the node's log (journal
+        or syslog) before the module runs, so a query that carries a credential (a signed URL's
+        C(X-Amz-Signature), a token parameter) belongs in O(url_query); a warning says so.
+    type: str
+  url_query:
+    description:
+      - The query string of O(url), without C(?), when it carries a credential, such as a signed URL's
+        C(X-Amz-Credential=...&X-Amz-Signature=...) or a token parameter. Appended to O(url) for every
+        request; never logged or shown (C(no_log)); the sidecar record and RV(source_url) keep the URL
+        without it.
     type: str
   dest:
     description: Directory that receives the file(s); created when missing.
@@ -105,7 +137,7 @@ options:
     description: Expected sha256 (64 hex digits) of the single file; checked against the hub's value too.
     type: str
   size:
-    description: Expected size in bytes of the single file.
+    description: Expected size in bytes of the single file (0 to 2^63 - 1).
     type: int
   connections:
     description: Parallel connections (ranges) for files of at least O(parallel_min_size) bytes.
@@ -129,15 +161,19 @@ options:
         C(rate_mbs), C(eta_s), C(state) and C(file), for polling while the module runs with C(async).
     type: path
   timeout:
-    description: Seconds without data (connect or read) before a connection counts as stalled and is retried.
+    description:
+      - Seconds without data (connect or read) before a connection counts as stalled and is retried (1 to
+        86400).
+      - A metadata request (a HEAD, the ModelScope listing) must also end within 4 x O(timeout) in all.
     type: int
     default: 30
   retries:
-    description: Retries per range (reset whenever data arrives) and per metadata request.
+    description: Retries per range (reset whenever data arrives) and per metadata request (0 to 1000).
     type: int
     default: 8
   retry_delay:
-    description: First backoff delay in seconds; doubles per retry up to 60. A Retry-After header wins.
+    description:
+      - First backoff delay in seconds (0 to 3600); doubles per retry up to 60. A Retry-After header wins.
     type: float
     default: 2.0
   validate_certs:
@@ -150,8 +186,8 @@ options:
     default: 268435456
   lock_timeout:
     description:
-      - Seconds to wait for another run that holds the lock on the same destination file; then the run
-        fails, naming the other run's pid. After the wait the file is usually present and verified.
+      - Seconds to wait for another run that holds the lock on the same destination file (0 to 604800); then
+        the run fails, naming the other run's pid. After the wait the file is usually present and verified.
     type: int
     default: 600
 extends_documentation_fragment:
@@ -298,6 +334,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.download import run  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
     DownloadError,
+    hide_url_query,
     scrub,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.download_options import (  # noqa: E402
@@ -312,6 +349,7 @@ def main():
                            **OPTION_RULES)
     params = dict((name, module.params[name]) for name in OPTIONS)
     token = module.params["token"]
+    hide_url_query(module)
 
     def set_attributes(path):
         # applied inside the run, under its lock, before the sidecar is final (chmod/chown move ctime)

@@ -212,6 +212,59 @@ def test_fault_rate_cap_per_connection(hub):
     assert time.monotonic() - t < 0.9
 
 
+def test_fault_empty_claims_nothing(hub):
+    hub.set_fault("empty", times=1)
+    _, r = req(hub, "HEAD", "/org/m/resolve/main/model.gguf")
+    assert r.status == 200 and r.getheader("Content-Length") == "0"
+    assert r.getheader("X-Repo-Commit") is None and r.getheader("X-Linked-Etag") is None
+    assert r.getheader("ETag") is None
+    _, r = req(hub, "HEAD", "/org/m/resolve/main/model.gguf")
+    assert r.status == 302
+
+
+def test_fault_claim_states_another_sha256_and_size_for_the_same_commit(hub):
+    commit = hub.commit("org/m")
+    hub.set_fault("claim", sha256="f" * 64, size=7, file="model.gguf")
+    _, r = req(hub, "HEAD", "/org/m/resolve/main/model.gguf")
+    assert r.getheader("X-Linked-Etag") == '"%s"' % ("f" * 64) and r.getheader("X-Linked-Size") == "7"
+    assert r.getheader("X-Repo-Commit") == commit
+    _, r = req(hub, "GET", "/api/v1/models/org/m/repo/files?Revision=master&Recursive=true")
+    entry = [f for f in json.loads(r.read())["Data"]["Files"] if f["Path"] == "model.gguf"][0]
+    assert entry["Sha256"] == "f" * 64 and entry["Size"] == 7
+    _, r = req(hub, "GET", cdn_path(hub))
+    assert hashlib.sha256(r.read()).hexdigest() == hub.sha  # the bytes are the true ones
+
+
+def test_fault_move_after_moves_the_branch_after_n_heads(hub):
+    first = hub.commit("org/m")
+    hub.set_fault("move_after", heads=2)
+    for _ in range(2):
+        _, r = req(hub, "HEAD", "/org/m/resolve/main/model.gguf")
+        assert r.getheader("X-Repo-Commit") == first
+    _, r = req(hub, "HEAD", "/org/m/resolve/main/model.gguf")
+    assert r.getheader("X-Repo-Commit") == hub.commit("org/m") != first
+
+
+def test_fault_drip_sends_headers_one_byte_at_a_time(hub):
+    hub.set_fault("drip", bps=100, match="/resolve/", method="HEAD", times=1)
+    t = time.monotonic()
+    _, r = req(hub, "HEAD", "/org/m/resolve/main/model.gguf")
+    assert r.status == 302 and time.monotonic() - t > 1.0  # a few hundred header bytes at 100 B/s
+    t = time.monotonic()
+    req(hub, "HEAD", "/org/m/resolve/main/model.gguf")
+    assert time.monotonic() - t < 0.5
+
+
+def test_fault_listing_pad_grows_the_listing(hub):
+    for kind in ("entries", "lists"):
+        hub.set_fault("listing_pad", bytes=200000, kind=kind, times=1)
+        _, r = req(hub, "GET", "/api/v1/models/org/m/repo/files?Revision=master&Recursive=true")
+        body = r.read()
+        assert len(body) >= 200000 and int(r.getheader("Content-Length")) == len(body)
+        files = json.loads(body)["Data"]["Files"]
+        assert any(isinstance(f, dict) and f.get("Path") == "model.gguf" for f in files)
+
+
 def test_control_endpoint(hub):
     body = json.dumps({"faults": {"status": {"code": 503, "times": 1, "retry_after": 2}},
                        "move_main": "org/m"}).encode()

@@ -19,7 +19,7 @@ def test_documentation_equals_the_option_schema():
     doc = yaml.safe_load(model_download.DOCUMENTATION)["options"]
     schema = download_options.OPTIONS
     assert sorted(doc) == sorted(schema)
-    assert len(schema) == 21
+    assert len(schema) == 22
     for name, spec in schema.items():
         opt = doc[name]
         assert opt["type"] == spec["type"], name
@@ -27,7 +27,7 @@ def test_documentation_equals_the_option_schema():
         assert opt.get("choices") == spec.get("choices"), name
         assert bool(opt.get("required")) == bool(spec.get("required")), name
         assert bool(opt.get("no_log")) is False, name  # no_log is the spec's business, not documented
-    assert schema["token"]["no_log"] is True
+    assert schema["token"]["no_log"] is True and schema["url_query"]["no_log"] is True
 
 
 def test_module_argument_spec_and_defaults_come_from_the_schema():

@@ -69,6 +69,23 @@ def test_remote_url(tmp_path, hub):
     assert result["architecture"] == "qwen35" and result["remote"]["url"].endswith("/m.gguf")
 
 
+SIGNATURE = "5e1f5e1f5e1f5e1f5e1f5e1f5e1f5e1f5e1f5e1f"
+
+
+@pytest.mark.parametrize("how", ["url", "url_query"])
+def test_a_signed_urls_query_never_shows(tmp_path, hub, how):
+    os.makedirs(os.path.join(hub.state.root, "org", "m"))
+    os.link(hub.model, os.path.join(hub.state.root, "org", "m", "m.gguf"))
+    url = hub.url + "/cdn/org/m/m.gguf"
+    query = "X-Amz-Signature=" + SIGNATURE
+    args = dict(url=url + "?" + query) if how == "url" else dict(url=url, url_query=query)
+    rc, result, raw = run_module(tmp_path, check_split=False, **args)
+    assert rc == 0, raw
+    assert result["architecture"] == "qwen35" and SIGNATURE not in raw
+    assert bool(result.get("warnings")) == (how == "url")
+    assert [e["path"] for e in hub.requests() if e["method"] == "GET"][0].endswith("?" + query)
+
+
 def test_gated_repo_failures_name_the_token_variables(tmp_path, hub):
     rc, result, raw = run_module(tmp_path, repo="org/gated", filename="model.gguf", endpoint=hub.url)
     assert rc == 1 and result["failed"]
