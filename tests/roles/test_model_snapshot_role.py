@@ -146,4 +146,4 @@ def test_every_snapshot_task_that_can_carry_the_token_is_hidden():
                 or "_model_snapshot_async" in str(t.get("ansible.builtin.set_fact", ""))]
     assert len(carrying) == 6, [t["name"] for t in carrying]
     for t in carrying:
-        assert t.get("no_log") == "{{ _model_token | length > 0 }}", t["name"]
+        assert t.get("no_log") == "{{ _model_secret }}", t["name"]
