@@ -79,7 +79,10 @@ def sanity(session):
 def unit(session):
     """Unit tests (tests/unit) and role rendering tests (tests/roles); those that need a built
     llama-server run in `unit_llama_server`."""
-    _pytest(session, "unit", "-m", "not needs_llama_server", *PYTEST_PATHS)
+    # Both cores (pytest-xdist); LLMOPS_UNIT_WORKERS=0 runs them in this process (pdb, -x).
+    workers = os.environ.get("LLMOPS_UNIT_WORKERS", "2")
+    xdist = ["-n", workers] if workers not in ("", "0", "1") else []
+    _pytest(session, "unit", *xdist, "-m", "not needs_llama_server", *PYTEST_PATHS)
 
 
 @nox.session(name="unit_llama_server")
