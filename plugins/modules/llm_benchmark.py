@@ -229,6 +229,11 @@ measured:
     is empty and RV(msg) says why).
   returned: success
   type: bool
+msg:
+  description: Why the server was not measured (RV(measured) false), or the first message of each run with
+    failed requests (RV(failed) true).
+  returned: when not measured, or when requests failed
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
