@@ -22,6 +22,7 @@ spellings systemd.py and container.py.
 from __future__ import absolute_import, division, print_function
 
 from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan, memory_plan_inputs, systemd
+from ansible_collections.llmops.serving.plugins.plugin_utils.rollout import deployment_fingerprint
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import filter_errors
 
 __metaclass__ = type
@@ -88,6 +89,9 @@ def serving_instance_fact(plan):
         "settings": plan["settings"],
         # The inventory group of the Ray cluster a vLLM instance spans (None: this node only).
         "ray_cluster": plan.get("ray_cluster"),
+        # What the instance runs, as a hash: role validate measures again when it differs from the one
+        # recorded beside its last measurement.
+        "fingerprint": deployment_fingerprint(plan),
     }
 
 

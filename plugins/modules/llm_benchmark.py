@@ -29,6 +29,11 @@ description:
   - Failed requests (HTTP errors, timeouts, broken streams) are counted and reported per run, not raised;
     RV(failed) is then true, which fails the task unless the caller sets C(failed_when). The task fails
     with a message when the benchmark cannot start (no model list, wrong key, no warm-up answered).
+  - Before the first request it reads the load the server carries (llama-server C(/slots), else its
+    C(/metrics) C(llamacpp:requests_processing) and C(llamacpp:requests_deferred); vLLM C(/metrics)
+    C(vllm:num_requests_running) and C(vllm:num_requests_waiting)), with the key, and applies
+    O(busy_policy). RV(load) records what it saw; when it does not measure, RV(measured) is false and
+    RV(msg) says why.
   - Changes nothing. It runs in check mode too; a caller that wants no load in check mode skips it.
 version_added: "0.1.0"
 author:
@@ -94,6 +99,25 @@ options:
     description: Seed of the random word choice, for reproducible prompt lengths; the random id of every
       prompt stays unique.
     type: int
+  busy_policy:
+    description:
+      - What to do when users' requests are in flight or queued on the server before the benchmark starts.
+      - V(measure) records the load and measures anyway (the figures then include that load).
+      - V(skip) does not measure a busy server.
+      - V(wait) reads the load again every O(busy_poll) seconds until the server is idle, for at most
+        O(busy_wait) seconds, then does not measure.
+      - A server whose load cannot be read (no C(/slots) or C(/metrics)) is measured, with RV(load) saying so.
+    type: str
+    choices: [wait, skip, measure]
+    default: measure
+  busy_wait:
+    description: Most seconds O(busy_policy=wait) waits for the server to become idle.
+    type: float
+    default: 120
+  busy_poll:
+    description: Seconds between two reads of the load while waiting.
+    type: float
+    default: 5
 notes:
   - Supports check mode; it never changes anything, in check mode or not.
   - Runs on the managed node with Python 3.6 or later and the standard library only.
@@ -124,9 +148,23 @@ EXAMPLES = r"""
   register: bench
   failed_when: false
 
+- name: Measure a production llama-server only when its users leave it idle (wait at most 5 minutes)
+  llmops.serving.llm_benchmark:
+    url: http://127.0.0.1:8003
+    api_key_file: /etc/llama-server/qwen.key
+    busy_policy: wait
+    busy_wait: 300
+  register: bench
+
+- name: Say why it was not measured
+  ansible.builtin.debug:
+    msg: "{{ bench.msg }}"
+  when: not bench.measured
+
 - name: Decode speed is what the profile promises
   ansible.builtin.assert:
     that: bench.summary.decode_tps >= 80
+  when: bench.measured
 """
 
 RETURN = r"""
@@ -178,10 +216,28 @@ failed:
   description: Whether any measured request failed.
   returned: success
   type: bool
+load:
+  description:
+    - The load read before the benchmark. C(source) (C(/slots), C(/metrics), or null when unknown),
+      C(processing) and C(waiting) (requests; null when the endpoint does not say), C(slots) (llama-server's
+      slot count), C(busy), C(waited_s), C(checks) (reads made), C(checked_at) (UTC), C(measure) (the
+      decision) and C(message) (what was seen and done).
+  returned: success
+  type: dict
+measured:
+  description: Whether the benchmark ran; false when O(busy_policy) kept it from a busy server (then RV(runs)
+    is empty and RV(msg) says why).
+  returned: success
+  type: bool
+msg:
+  description: Why the server was not measured (RV(measured) false), or the first message of each run with
+    failed requests (RV(failed) true).
+  returned: when not measured, or when requests failed
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import llm_benchmark  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils import llm_benchmark, llm_load  # noqa: E402
 
 
 def main():
@@ -203,6 +259,9 @@ def main():
             warmup_requests=dict(type="int", default=2),
             timeout=dict(type="float", default=300),
             seed=dict(type="int"),
+            busy_policy=dict(type="str", default="measure", choices=list(llm_load.POLICIES)),
+            busy_wait=dict(type="float", default=120),
+            busy_poll=dict(type="float", default=5),
         ),
         mutually_exclusive=[("api_key", "api_key_file", "env_file")],
         required_by={"api_key_env": "env_file"},
@@ -214,10 +273,17 @@ def main():
                                          p["engine"])
         if key:
             module.no_log_values.add(key)
+        load = llm_load.check_load(llm_load.load_endpoint(p["url"], key, p["timeout"]), p["engine"],
+                                   p["busy_policy"], p["busy_wait"], p["busy_poll"])
+        if not load["measure"]:
+            module.exit_json(changed=False, measured=False, load=load, msg=load["message"], url=p["url"],
+                             engine=p["engine"], model=p["model"], runs=[], summary={}, errors=0,
+                             failed=False)
         result = llm_benchmark.benchmark(p["url"], p["engine"], p["model"], key, p["runs"],
                                          p["warmup_requests"], p["timeout"], p["seed"])
     except llm_benchmark.BenchmarkError as exc:
         module.fail_json(msg="benchmark of %s failed: %s" % (p["url"], exc))
+    result.update(load=load, measured=True)
     if result["failed"]:
         result["msg"] = "%d benchmark requests failed: %s" % (
             result["errors"], "; ".join(m for run in result["runs"] for m in run["error_messages"][:1]))

@@ -5,18 +5,31 @@
 """The validate stage's decisions, on the controller: what to benchmark, the report, its renderings, the gate.
 
     benchmark_targets(llmops_instances, names)      -> [{name, url, engine, model, api_key_file, ...}]
-    build_report(host, llmops_instances, results)   -> the JSON report (one host)
+    parse_last_report(text)                         -> the last report recorded on the node, or {}
+    measure_plan(targets, llmops_instances, last, deployments=, force=) -> [{name, measure, reason, ...}]
+    plan_messages(plan)                             -> what validate does with each instance, and why
+    build_report(host, llmops_instances, results, last=...) -> the JSON report (one host)
     markdown_report(report) / markdown_table(report) / svg_chart(report)  -> text
+    report_json(report) / report_files(report, host, dir) -> the texts the node and the controller keep
     gate(report, min_decode_tps=..., max_ttft_s=..., fail_on_errors=True) -> {"failed", "messages"}
 
 `results` maps an instance name to the result of the module llmops.serving.llm_benchmark (url, engine, model,
-runs, summary, errors; `msg` when the module itself failed). Plain Python (no plotting library): the chart
+runs, summary, errors, load, measured; `msg` when the module itself failed or did not measure a busy server).
+
+A measurement is kept until what it measured changes: each instance of the report carries the deployment
+`fingerprint` it measured (llmops_instances[name].fingerprint, plugins/plugin_utils/rollout.py), when
+(`measured_at`) and the load it saw first (`load`). measure_plan() measures an instance again only when its
+deployment changed in this run (llmops_deployments[name].changed), its fingerprint differs from the one
+measured, it was never measured (or the measurement failed), or validate_force asks; otherwise the last
+measurement stands and the report is not rewritten. Plain Python (no plotting library): the chart
 is hand-written SVG. Unit-tested by tests/unit/plugins/plugin_utils/test_benchmark_report.py.
 """
 from __future__ import absolute_import, division, print_function
 
+import io
 import json
 import math
+import os
 from xml.sax.saxutils import escape
 
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
@@ -28,6 +41,11 @@ RESULT_KEYS = ("url", "engine", "model", "calibration", "runs", "summary", "erro
 # What the report keeps of an llmops_instances entry beside the figures (never a key: the fact has none).
 INSTANCE_KEYS = ("engine", "served_model_name", "model", "model_path", "model_sha256", "build_id", "url",
                  "host", "port", "gpus", "mode", "unit", "settings")
+# What the plan compares to say what changed since the last measurement (the fingerprint covers more: the
+# command line, the environment, the binary).
+CHANGE_KEYS = ("engine", "mode", "build_id", "model_path", "model_sha256", "served_model_name", "gpus",
+               "settings")
+REPORT_VERSION = 2
 # Line colours of the chart, one per instance (cycled): distinguishable, also in grey print.
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
@@ -67,18 +85,120 @@ def unknown_instances(names, instances_per_host):
     return [n for n in names or () if n not in known]
 
 
+# --- what to measure: the last measurement and what changed since ------------------------------------------
+
+def parse_last_report(text):
+    """The report recorded on the node by the last validate run (its JSON text), or {} when there is none
+    or it cannot be used (then every instance is measured again, which writes a good one). {} rather than
+    None: a set_fact keeps it a dict."""
+    if not text or not isinstance(text, str):
+        return {}
+    try:
+        report = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(report, dict) or not isinstance(report.get("instances"), dict):
+        return {}
+    return report
+
+
+def _last_entry(last, name):
+    entry = ((last or {}).get("instances") or {}).get(name)
+    return entry if isinstance(entry, dict) else None
+
+
+def _measurement_failed(entry):
+    result = entry.get("result") or {}
+    return bool(result.get("msg") and not result.get("runs")) or bool(result.get("errors")) \
+        or not result.get("runs")
+
+
+def _changed_keys(entry, current):
+    return [key for key in CHANGE_KEYS if entry.get(key) != (current or {}).get(key)]
+
+
+def measure_plan(targets, instances, last=None, deployments=None, force=False):
+    """Per target (benchmark_targets' items, in order): {name, measure, reason, measured_at, summary}.
+
+    measure is true when validate_force asks (`force`), when role serving changed the deployment in this
+    run (`deployments`: llmops_deployments, {name: {changed}}), when the last report (`last`, see
+    parse_last_report) has no measurement of it or a failed one, or when the instance's fingerprint
+    (llmops_instances[name].fingerprint) differs from the one recorded beside its measurement."""
+    plan = []
+    for target in targets or ():
+        name = target["name"]
+        current = (instances or {}).get(name) or {}
+        entry = _last_entry(last, name)
+        measured = bool(entry and entry.get("result") and entry.get("measured_at"))
+        item = {"name": name, "measure": True,
+                "measured_at": entry.get("measured_at") if measured else None,
+                "summary": ((entry.get("result") or {}).get("summary") or {}) if measured else {}}
+        if force:
+            item["reason"] = "validate_force is set"
+        elif ((deployments or {}).get(name) or {}).get("changed") in (True, "True", "true"):
+            item["reason"] = "its deployment changed in this run"
+        elif not measured:
+            item["reason"] = "it has no earlier measurement"
+        elif _measurement_failed(entry):
+            item["reason"] = "its last measurement (%s) failed" % entry["measured_at"]
+        elif not current.get("fingerprint"):
+            item["reason"] = ("llmops_instances has no deployment fingerprint for it (run the serve stage "
+                              "of this version first)")
+        elif current["fingerprint"] != entry.get("fingerprint"):
+            keys = _changed_keys(entry, current)
+            item["reason"] = "its deployment differs from the one measured at %s (%s)" % (
+                entry["measured_at"], ", ".join(keys) + " changed" if keys
+                else "command line, environment or binary changed")
+        else:
+            item.update(measure=False, reason="unchanged since its measurement at %s" % entry["measured_at"])
+        plan.append(item)
+    return plan
+
+
+def plan_messages(plan):
+    """One line per instance: measured now and why, or the last measurement that stands and when."""
+    lines = []
+    for item in plan or ():
+        if item["measure"]:
+            lines.append("%s: measuring, %s." % (item["name"], item["reason"]))
+            continue
+        summary = item.get("summary") or {}
+        lines.append("%s: not measured, %s: decode %s tok/s, TTFT %s s (validate_force: true measures it "
+                     "again)." % (item["name"], item["reason"], _fmt(summary.get("decode_tps")),
+                                  _fmt(_ttft(summary.get("ttft_s")), 3)))
+    return lines
+
+
 # --- the report --------------------------------------------------------------------------------------------
 
-def build_report(host, instances, results, runs=None, warmup_requests=None, timestamp=None):
-    """The JSON report of one host: every instance's full benchmark result beside what it measured."""
+def build_report(host, instances, results, runs=None, warmup_requests=None, timestamp=None, last=None):
+    """The JSON report of one host: every instance's full benchmark result beside what it measured.
+
+    `last` is the previous report (parse_last_report): the instances measured then and still served keep
+    their measurement; those in `results` get the new one. A result that did not measure (a busy server)
+    keeps the instance's last measurement and adds `skipped` (when, why, the load it saw)."""
+    instances = instances or {}
     report_instances = {}
+    for name, entry in sorted(((last or {}).get("instances") or {}).items()):
+        if name in instances and isinstance(entry, dict):
+            report_instances[name] = entry
     for name in sorted(results or {}):
-        entry = (instances or {}).get(name) or {}
+        entry = instances.get(name) or {}
         result = results[name] or {}
+        if result.get("measured") is False:
+            described = dict(report_instances.get(name) or {key: entry.get(key) for key in INSTANCE_KEYS})
+            described["skipped"] = {"at": timestamp, "reason": result.get("msg"), "load": result.get("load"),
+                                    "fingerprint": entry.get("fingerprint")}
+            report_instances[name] = described
+            continue
         described = {key: entry.get(key) for key in INSTANCE_KEYS}
+        described.update(fingerprint=entry.get("fingerprint"), measured_at=timestamp,
+                         load=result.get("load"), skipped=None,
+                         benchmark={"runs": list(runs or []), "warmup_requests": warmup_requests})
         described["result"] = {key: result[key] for key in RESULT_KEYS if key in result}
         report_instances[name] = described
     return {
+        "version": REPORT_VERSION,
         "host": host,
         "timestamp": timestamp,
         "benchmark": {"runs": list(runs or []), "warmup_requests": warmup_requests},
@@ -177,10 +297,21 @@ def markdown_report(report, chart_file=None):
             "- url: %s, GPUs: %s" % (described.get("url") or result.get("url") or "-",
                                      ", ".join(str(g) for g in described.get("gpus") or []) or "-"),
             "- settings: `%s`" % json.dumps(described.get("settings") or {}, sort_keys=True),
+            "- measured: %s (deployment `%s`), load before: %s" % (
+                described.get("measured_at") or report.get("timestamp") or "-",
+                described.get("fingerprint") or "-",
+                (described.get("load") or {}).get("message") or "not read"),
             "- summary: decode %s tok/s, TTFT %s s, prefill %s tok/s, server decode %s tok/s, acceptance %s"
             % (_fmt(summary.get("decode_tps")), _fmt(_ttft(summary.get("ttft_s")), 3),
                _fmt(summary.get("prefill_tps")), _fmt(summary.get("server_decode_tps")),
                _percent(summary.get("draft_acceptance"))),
+        ]
+        skipped = described.get("skipped") or {}
+        if skipped:
+            lines.append("- **not measured** at %s (deployment `%s`): %s; the figures below are the last "
+                         "measurement's" % (skipped.get("at") or "-", skipped.get("fingerprint") or "-",
+                                            skipped.get("reason") or "-"))
+        lines += [
             "",
             markdown_table(report, name),
             "",
@@ -280,6 +411,43 @@ def svg_chart(report):
     return "\n".join(out) + "\n"
 
 
+# --- the files --------------------------------------------------------------------------------------------
+
+def report_json(report):
+    """The report as the node and the controller keep it: one rendering, so equal reports are equal files."""
+    return json.dumps(report, indent=4, sort_keys=True, separators=(",", ": "), ensure_ascii=False) + "\n"
+
+
+def report_files(report, host, directory=None):
+    """[{name, content}]: <host>.json, .md (linking the chart) and .svg of the report; with `directory` (the
+    controller's report directory), only those missing there or different, so that a run which measured
+    nothing rewrites nothing (an equal file is left alone, its time too)."""
+    renderings = (("json", report_json), ("md", lambda r: markdown_report(r, chart_file="%s.svg" % host)),
+                  ("svg", svg_chart))
+    if directory is None:
+        return [{"name": "%s.%s" % (host, ext), "content": render(report)} for ext, render in renderings]
+    json_text = report_json(report)
+    same = _read(os.path.join(directory, "%s.json" % host)) == json_text
+    files = []
+    for ext, render in renderings:
+        name = "%s.%s" % (host, ext)
+        if same and os.path.exists(os.path.join(directory, name)):
+            # the Markdown and the chart are renderings of that same JSON: not rendered again
+            continue
+        content = json_text if ext == "json" else render(report)
+        if _read(os.path.join(directory, name)) != content:
+            files.append({"name": name, "content": content})
+    return files
+
+
+def _read(path):
+    try:
+        with io.open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (IOError, OSError, UnicodeDecodeError):
+        return None
+
+
 # --- the gate ----------------------------------------------------------------------------------------------
 
 def _run_label(index, run):
@@ -315,11 +483,19 @@ def _threshold(setting, name, variable):
         raise BenchmarkReportError("%s: %r (instance %s) is not a number" % (variable, value, name)) from None
 
 
-def gate(report, min_decode_tps=None, max_ttft_s=None, fail_on_errors=True):
-    """{"failed": bool, "messages": [...]}: one message per threshold missed or instance with errors."""
+def gate(report, min_decode_tps=None, max_ttft_s=None, fail_on_errors=True, names=None):
+    """{"failed": bool, "messages": [...]}: one message per threshold missed or instance with errors.
+
+    `names`: the instances this run selected (default all of the report). An instance whose current
+    deployment was not measured (`skipped`: its server was busy) is not gated: its figures, if any, are an
+    older deployment's; the next run measures it."""
     messages = []
     for name in sorted(report.get("instances") or {}):
+        if names is not None and name not in names:
+            continue
         described = report["instances"][name]
+        if described.get("skipped"):
+            continue
         summary = (described.get("result") or {}).get("summary") or {}
         minimum = _threshold(min_decode_tps, name, "validate_min_decode_tps")
         decode = summary.get("decode_tps")

@@ -6,6 +6,7 @@
 back, and the summary of a rolling update.
 
     deployment_record(plan, unit_checksum=, time=, health_timeout=) -> current.json of an instance
+    deployment_fingerprint(plan)                   -> what an instance runs, as 16 hex digits (validate)
     unrecorded_deployment(plan, unit_checksum=)   -> previous.json of a deployment made before records
     host_servers(host, hostvars, gateway_fact=)    -> [{backend, server, instance}] of `host` at the gateway
     rollback_selection(records, instance=, host=)  -> names of the instances to put back (or a refusal)
@@ -17,6 +18,7 @@ roles serving and fleet reach it through plugins/filter/fleet.py.
 from __future__ import absolute_import, division, print_function
 
 import base64
+import hashlib
 import json
 
 from ansible_collections.llmops.serving.plugins.plugin_utils.gateway_config import sanitize
@@ -31,6 +33,13 @@ PLAN_FIELDS = ("name", "engine", "mode", "unit", "binary", "image", "build_id", 
                "model_sha256", "served_model_name", "url", "port", "env_file", "key_file", "api_key_env",
                "settings")
 STATUSES = ("updated", "unchanged", "failed")
+# What a deployment fingerprint covers: everything of the plan that decides what the server does and how fast
+# (program, build, model, settings, the command line and the unit's environment, GPUs), not its bookkeeping
+# (warnings, timeouts, file paths of the key). The secret env values are in the env file, not the plan: a
+# change of them is seen by role serving in the run that makes it (llmops_deployments[name].changed).
+FINGERPRINT_FIELDS = ("engine", "mode", "binary", "image", "container_entrypoint", "container_args",
+                      "build_id", "model_path", "model_sha256", "served_model_name", "gpus", "settings",
+                      "subcommand", "argv", "env", "env_names", "ray_cluster")
 
 
 class RolloutError(ServingError):
@@ -53,6 +62,18 @@ def deployment_record(plan, unit_checksum=None, time=None, health_timeout=None):
         "health_timeout": int(health_timeout) if health_timeout is not None else None,
     })
     return record
+
+
+def deployment_fingerprint(plan):
+    """16 hex digits that change when what the instance runs changes (FINGERPRINT_FIELDS of its plan).
+
+    Role serving publishes it in llmops_instances; role validate records it beside each measurement and
+    measures again only when it differs (or the deployment changed in this run, or it is asked to)."""
+    if not isinstance(plan, dict):
+        raise RolloutError("deployment_fingerprint needs an instance plan, got %r" % (plan,))
+    described = dict((field, plan.get(field)) for field in FINGERPRINT_FIELDS)
+    text = json.dumps(described, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def unrecorded_deployment(plan, unit_checksum=None):

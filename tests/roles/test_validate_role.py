@@ -10,9 +10,11 @@ an unknown instance name. The playbook tests need the module llmops.serving.llm_
 every module of a role before it runs it, in check mode too)."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -26,8 +28,6 @@ ROLE = os.path.join(ROOT, "roles", "validate")
 PLAYBOOK = os.path.join(ROOT, "playbooks", "validate.yml")
 MODULE = os.path.join(ROOT, "plugins", "modules", "llm_benchmark.py")
 LLAMA_SERVER = os.path.join(ROOT, ".cache", "ci-llama", "bin", "llama-server")
-# Ports of this test (18120-18139 are the validate role's).
-FAKE_VLLM_PORT, LLAMA_PORT = 18121, 18122
 KEY = "validate-test-key-5150"
 SHA = "ab" * 32
 SVG = "{http://www.w3.org/2000/svg}"
@@ -46,6 +46,13 @@ def test_reports_go_beside_site_yml_whichever_playbook_runs(playbook_dir, expect
     defaults = load_yaml(os.path.join(ROLE, "defaults", "main.yml"))
     templar = role_templar(ROLE, dict(defaults, playbook_dir=playbook_dir))
     assert templar.template(defaults["validate_report_dir"]) == expected
+
+
+def free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def wait_http(url, proc, timeout=60):
@@ -86,21 +93,21 @@ def fake_vllm(tmp_path):
     env_file = tmp_path / "fake.env"
     env_file.write_text("VLLM_API_KEY=%s\n" % KEY)
     env_file.chmod(0o600)
-    with FakeOpenAI(port=FAKE_VLLM_PORT, engine="vllm", model="qwen-local", api_key=KEY, decode_tps=200.0,
+    with FakeOpenAI(engine="vllm", model="qwen-local", api_key=KEY, decode_tps=200.0,
                     prefill_tps=20000.0) as fake:
         yield vllm_instance(fake.url, env_file)
 
 
-def run_validate(tmp_path, instances, extra_args=(), **variables):
+def run_validate(tmp_path, instances, extra_args=(), extra_env=None, **variables):
     reports = tmp_path / "reports"
     values = {"llmops_target": "localhost", "ansible_connection": "local", "ansible_become": False,
               "ansible_python_interpreter": sys.executable, "llmops_instances": instances,
               "validate_report_dir": str(reports), "validate_runs": SMALL_RUNS, "validate_warmup_requests": 1,
-              "validate_timeout": 60}
+              "validate_timeout": 60, "validate_state_dir": str(tmp_path / "node")}
     values.update(variables)
     (tmp_path / "vars.json").write_text(json.dumps(values))
     extra = ["-e", "@%s" % (tmp_path / "vars.json")] + list(extra_args)
-    result, recap = run_local_playbook(PLAYBOOK, str(tmp_path), extra_args=extra)
+    result, recap = run_local_playbook(PLAYBOOK, str(tmp_path), extra_args=extra, extra_env=extra_env)
     return result, recap, reports
 
 
@@ -196,14 +203,15 @@ def llama_server(tmp_path):
     key_file.write_text(KEY + "\n")
     key_file.chmod(0o600)
     log = open(tmp_path / "llama-server.log", "w")
-    proc = subprocess.Popen([LLAMA_SERVER, "-m", str(model), "--host", "127.0.0.1", "--port", str(LLAMA_PORT),
+    port = free_port()
+    proc = subprocess.Popen([LLAMA_SERVER, "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
                              "--threads", "1", "--ctx-size", "2048", "--parallel", "2", "--alias", "tiny",
                              "--api-key-file", str(key_file)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_http("http://127.0.0.1:%d/health" % LLAMA_PORT, proc)
-        yield {"url": "http://127.0.0.1:%d" % LLAMA_PORT, "engine": "llama.cpp", "served_model_name": "tiny",
+        wait_http("http://127.0.0.1:%d/health" % port, proc)
+        yield {"url": "http://127.0.0.1:%d" % port, "engine": "llama.cpp", "served_model_name": "tiny",
                "key_file": str(key_file), "api_key_env": None, "env_file": None,
-               "unit": "llama-server-tiny.service", "port": LLAMA_PORT, "host": "127.0.0.1", "gpus": [],
+               "unit": "llama-server-tiny.service", "port": port, "host": "127.0.0.1", "gpus": [],
                "model": "tiny", "model_path": str(model), "model_sha256": SHA, "mode": "host",
                "build_id": "ci-llama", "settings": {"ctx_size": 2048, "parallel": 2}}
     finally:
@@ -227,3 +235,199 @@ def test_llama_server_decode_agrees_with_its_timings_and_the_gate_names_the_figu
         in flat(result.stdout)
     assert "- model sha256: `%s`" % SHA in markdown and "- build id: `ci-llama`" in markdown
     assert polylines_per_panel(svg) == [["tiny"], ["tiny"]]
+
+
+# --- measure only what changed, never compete with the users ----------------------------------------------
+
+PROFILE = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks"}
+SITE = {"llmops_site_run": True}          # what site.yml's import of playbooks/validate.yml sets
+
+
+def llama_instance(url, key_file, fingerprint):
+    return {"url": url, "engine": "llama.cpp", "served_model_name": "tiny", "key_file": str(key_file),
+            "api_key_env": None, "env_file": None, "unit": "llama-server-tiny.service",
+            "port": int(url.rsplit(":", 1)[1]), "host": "127.0.0.1", "gpus": [], "model": "tiny",
+            "model_path": "/models/tiny.gguf", "model_sha256": SHA, "mode": "host", "build_id": "b1",
+            "settings": {"ctx_size": 2048, "parallel": 2}, "fingerprint": fingerprint}
+
+
+@pytest.fixture
+def two_fakes(tmp_path):
+    """A vLLM-flavoured and a llama-server-flavoured fake (the latter's key in a key file, its load on
+    /slots), and their llmops_instances entries with deployment fingerprints."""
+    env_file = tmp_path / "fake.env"
+    env_file.write_text("VLLM_API_KEY=%s\n" % KEY)
+    key_file = tmp_path / "tiny.key"
+    key_file.write_text(KEY + "\n")
+    with FakeOpenAI(engine="vllm", model="qwen-local", api_key=KEY, decode_tps=400.0,
+                    prefill_tps=50000.0) as vllm, \
+            FakeOpenAI(engine="llama.cpp", model="tiny", api_key=KEY, decode_tps=400.0,
+                       prefill_tps=50000.0) as llama:
+        instances = {"qwen-fp8": dict(vllm_instance(vllm.url, env_file), fingerprint="aaaaaaaaaaaaaaaa"),
+                     "tiny": llama_instance(llama.url, key_file, "bbbbbbbbbbbbbbbb")}
+        yield {"qwen-fp8": vllm, "tiny": llama}, instances
+
+
+def seen(fakes):
+    """What each fake has received so far: (completions, GETs)."""
+    return {name: (len(fake.requests), len(fake.gets)) for name, fake in fakes.items()}
+
+
+def snapshot(tmp_path):
+    """Every report file (node and controller) with its content and mtime."""
+    files = sorted(list((tmp_path / "reports").glob("localhost.*")) + list((tmp_path / "node").glob("*")))
+    return {str(f): (f.read_text(), f.stat().st_mtime_ns) for f in files}
+
+
+# the two calibration warm-ups (sent even when validate_warmup_requests is 1) and the runs
+REQUESTS_PER_MEASUREMENT = 2 + sum(run["requests"] for run in SMALL_RUNS)
+
+
+@needs_module
+def test_a_second_run_with_nothing_changed_sends_nothing_changes_nothing_and_says_the_last_figures(
+        tmp_path, two_fakes):
+    fakes, instances = two_fakes
+    result, recap, reports = run_validate(tmp_path, instances, **SITE)
+    assert recap.get("failed") == 0, result.stdout + result.stderr
+    assert {name: n for name, (n, _gets) in seen(fakes).items()} == {
+        "qwen-fp8": REQUESTS_PER_MEASUREMENT, "tiny": REQUESTS_PER_MEASUREMENT}
+    first = json.loads((reports / "localhost.json").read_text())
+    assert (tmp_path / "node" / "report.json").read_text() == (reports / "localhost.json").read_text()
+    before, files = seen(fakes), snapshot(tmp_path)
+
+    result, recap, reports = run_validate(tmp_path, instances, extra_env=PROFILE, **SITE)
+    assert recap.get("failed") == 0 and recap.get("changed") == 0, result.stdout + result.stderr
+    assert seen(fakes) == before                         # not a completion, not even a GET of the load
+    assert snapshot(tmp_path) == files                   # no report rewritten, node or controller
+    out = flat(result.stdout)
+    for name in ("qwen-fp8", "tiny"):
+        entry = first["instances"][name]
+        assert ("%s: not measured, unchanged since its measurement at %s: decode %.1f tok/s"
+                % (name, entry["measured_at"], entry["result"]["summary"]["decode_tps"])) in out
+    # profile_tasks: the benchmark task ran no item
+    assert "TASK [llmops.serving.validate : Benchmark the instance on the node" in result.stdout
+    assert "ok: [localhost] => (item=" not in result.stdout.split("Benchmark the instance on the node")[1] \
+        .split("TASK [")[0]
+    print("\n".join(line for line in result.stdout.splitlines() if re.search(r" -+ \d+\.\d+s$", line))[:3000])
+
+
+@needs_module
+def test_a_controller_without_the_reports_gets_them_from_the_node_without_a_measurement(tmp_path, two_fakes):
+    fakes, instances = two_fakes
+    run_validate(tmp_path, instances, **SITE)
+    node = (tmp_path / "node" / "report.json").read_text()
+    shutil.rmtree(str(tmp_path / "reports"))              # an AWX job's fresh container
+    before = seen(fakes)
+    result, recap, reports = run_validate(tmp_path, instances, **SITE)
+    assert recap.get("failed") == 0 and recap.get("changed") == 0, result.stdout + result.stderr
+    assert seen(fakes) == before
+    assert (reports / "localhost.json").read_text() == node == (tmp_path / "node" / "report.json").read_text()
+    assert (reports / "localhost.md").exists() and (reports / "localhost.svg").exists()
+
+
+@needs_module
+def test_a_settings_change_measures_that_instance_once_and_keeps_the_others_measurement(tmp_path, two_fakes):
+    fakes, instances = two_fakes
+    run_validate(tmp_path, instances, **SITE)
+    first = json.loads((tmp_path / "node" / "report.json").read_text())
+    before = seen(fakes)
+    changed = dict(instances, tiny=dict(instances["tiny"], settings={"ctx_size": 4096, "parallel": 2},
+                                        fingerprint="cccccccccccccccc"))
+    time.sleep(1.1)                                        # a later timestamp (seconds)
+    result, recap, reports = run_validate(tmp_path, changed, **SITE)
+    assert recap.get("failed") == 0 and recap.get("changed") == 0, result.stdout + result.stderr
+    after = seen(fakes)
+    assert after["qwen-fp8"] == before["qwen-fp8"]
+    assert after["tiny"][0] - before["tiny"][0] == REQUESTS_PER_MEASUREMENT    # exactly one measurement
+    assert ("tiny: measuring, its deployment differs from the one measured at %s (settings changed)"
+            % first["instances"]["tiny"]["measured_at"]) in flat(result.stdout)
+    report = json.loads((reports / "localhost.json").read_text())
+    assert report["instances"]["qwen-fp8"] == first["instances"]["qwen-fp8"]
+    tiny = report["instances"]["tiny"]
+    assert tiny["fingerprint"] == "cccccccccccccccc" and tiny["settings"]["ctx_size"] == 4096
+    assert tiny["measured_at"] > first["instances"]["tiny"]["measured_at"]
+    assert tiny["load"]["source"] == "/slots" and tiny["load"]["busy"] is False
+    assert (tmp_path / "node" / "report.json").read_text() == (reports / "localhost.json").read_text()
+
+
+@needs_module
+def test_a_deployment_changed_in_this_run_or_a_forced_run_is_measured_again(tmp_path, two_fakes):
+    fakes, instances = two_fakes
+    run_validate(tmp_path, instances, **SITE)
+    before = seen(fakes)
+    result, recap, _ = run_validate(tmp_path, instances, llmops_deployments={"qwen-fp8": {"changed": True}},
+                                    **SITE)
+    assert recap.get("failed") == 0, result.stdout + result.stderr
+    assert "qwen-fp8: measuring, its deployment changed in this run." in flat(result.stdout)
+    after = seen(fakes)
+    assert after["qwen-fp8"][0] - before["qwen-fp8"][0] == REQUESTS_PER_MEASUREMENT
+    assert after["tiny"] == before["tiny"]
+    # playbooks/validate.yml on its own (no llmops_site_run) measures every instance
+    result, recap, _ = run_validate(tmp_path, instances)
+    assert recap.get("failed") == 0, result.stdout + result.stderr
+    assert {name: n - after[name][0] for name, (n, _g) in seen(fakes).items()} == {
+        "qwen-fp8": REQUESTS_PER_MEASUREMENT, "tiny": REQUESTS_PER_MEASUREMENT}
+    assert "tiny: measuring, validate_force is set." in flat(result.stdout)
+
+
+def release_after_polls(fake, path, polls, timeout=120):
+    """The users finish once the benchmark has read the load `polls` more times (not after a fixed time:
+    the playbook's start-up takes what the machine gives it)."""
+    start = fake.gets.count(path)
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while fake.gets.count(path) < start + polls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        fake.settings["busy_requests"] = 0
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@needs_module
+def test_a_busy_instance_is_skipped_with_a_message_and_the_report_records_the_load(tmp_path, two_fakes):
+    fakes, instances = two_fakes
+    fakes["tiny"].settings["busy_requests"] = 2            # both slots taken by users
+    result, recap, reports = run_validate(tmp_path, instances, validate_busy_policy="skip", **SITE)
+    assert recap.get("failed") == 0, result.stdout + result.stderr
+    assert len(fakes["tiny"].requests) == 0 and fakes["tiny"].gets == ["/slots"]
+    assert len(fakes["qwen-fp8"].requests) == REQUESTS_PER_MEASUREMENT
+    assert ("tiny: 2 requests processing (/slots, 2 slots): not measured, so as not to compete with its "
+            "users (busy_policy skip)") in flat(result.stdout)
+    report = json.loads((reports / "localhost.json").read_text())
+    skipped = report["instances"]["tiny"]["skipped"]
+    assert skipped["load"]["processing"] == 2 and skipped["load"]["slots"] == 2
+    assert skipped["fingerprint"] == "bbbbbbbbbbbbbbbb" and "result" not in report["instances"]["tiny"]
+    assert report["instances"]["qwen-fp8"]["load"]["message"] == "idle (/metrics)"
+    assert "**not measured**" in (reports / "localhost.md").read_text()
+    assert KEY not in result.stdout
+
+    # the next run tries again: waits for the users to finish, then measures, and says how long it waited
+    release_after_polls(fakes["tiny"], "/slots", 3)
+    result, recap, reports = run_validate(tmp_path, instances, validate_busy_policy="wait",
+                                          validate_busy_wait=60, validate_busy_poll=0.5, **SITE)
+    assert recap.get("failed") == 0, result.stdout + result.stderr
+    assert "tiny: measuring, it has no earlier measurement." in flat(result.stdout)
+    assert len(fakes["tiny"].requests) == REQUESTS_PER_MEASUREMENT
+    assert len(fakes["qwen-fp8"].requests) == REQUESTS_PER_MEASUREMENT         # unchanged: not again
+    tiny = json.loads((reports / "localhost.json").read_text())["instances"]["tiny"]
+    assert tiny["skipped"] is None and tiny["load"]["busy"] is False and tiny["load"]["checks"] >= 4
+    assert tiny["load"]["waited_s"] >= 1.0                 # three polls 0.5 s apart
+    assert re.match(r"idle \(/slots, 2 slots\) after waiting \d+ s \(it was 2 requests processing",
+                    tiny["load"]["message"])
+
+
+@needs_module
+def test_a_busy_instance_that_stays_busy_is_not_measured_after_the_wait(tmp_path, two_fakes):
+    fakes, instances = two_fakes
+    fakes["qwen-fp8"].settings.update(busy_requests=1, busy_waiting=3)
+    result, recap, reports = run_validate(tmp_path, {"qwen-fp8": instances["qwen-fp8"]}, validate_busy_wait=2,
+                                          validate_busy_poll=0.5, **SITE)
+    assert recap.get("failed") == 0, result.stdout + result.stderr
+    assert len(fakes["qwen-fp8"].requests) == 0 and len(fakes["qwen-fp8"].gets) >= 4
+    assert re.search(r"qwen-fp8: 1 request processing, 3 waiting \(/metrics\) after waiting 2 s \(busy_wait "
+                     r"2(\.0)?\): not measured, so as not to compete with its users", flat(result.stdout))
+    load = json.loads((reports / "localhost.json").read_text())["instances"]["qwen-fp8"]["skipped"]["load"]
+    assert (load["processing"], load["waiting"], load["busy"]) == (1, 3, True)

@@ -154,7 +154,7 @@ def test_instance_choices_are_the_instances_of_the_imported_inventory(questions,
 def test_thresholds_and_revision_send_nothing_when_left_empty(questions):
     """A default would override the inventory's own value on every launch."""
     for variable in ("llmops_model_revision", "validate_min_decode_tps", "validate_instances",
-                     "rollback_instance"):
+                     "rollback_instance", "validate_force"):
         assert not questions[variable]["required"] and "default" not in questions[variable], variable
 
 
@@ -169,3 +169,9 @@ def test_the_revision_answer_reaches_the_models_of_the_imported_inventory(answer
             templar = Templar(loader=DataLoader(), variables=dict(variables, llmops_model_revision=answer))
             revisions.extend(templar.template(model["revision"]) for model in variables["model_models"])
     assert revisions and set(revisions) == {revision}
+
+
+def test_validate_and_site_templates_can_force_or_skip_the_measurement(objects):
+    """Left empty, each playbook keeps its default (validate.yml measures all, site.yml what changed)."""
+    surveys = {t["playbook"]: t["survey"] for t in objects["awx_objects"]["job_template"]}
+    assert "validate_force" in surveys["playbooks/validate.yml"] and "validate_force" in surveys["site.yml"]

@@ -91,7 +91,43 @@ def test_vllm_flavour_has_metrics_and_no_timings():
             name = line.split("{")[0]
             totals[name] = totals.get(name, 0) + float(line.split()[-1])
     assert totals == {"vllm:spec_decode_num_draft_tokens_total": 60.0,
-                      "vllm:spec_decode_num_accepted_tokens_total": 30.0}
+                      "vllm:spec_decode_num_accepted_tokens_total": 30.0,
+                      "vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
+
+
+def _get(fake, path, key=None):
+    conn = http.client.HTTPConnection(fake.host, fake.port, timeout=5)
+    conn.request("GET", path, headers={"Authorization": "Bearer " + key} if key else {})
+    resp = conn.getresponse()
+    return resp.status, resp.read().decode()
+
+
+def test_the_load_of_other_users_and_its_own_streams_is_reported_per_flavour():
+    import threading
+    with FakeOpenAI(engine="vllm", busy_requests=3, busy_waiting=1) as fake:
+        text = _get(fake, "/metrics")[1]
+        gauges = [line for line in text.splitlines() if line.startswith("vllm:num_requests")]
+        assert sorted(gauges) == ['vllm:num_requests_running{engine="0",model_name="fake-model"} 1.0',
+                                  'vllm:num_requests_running{engine="1",model_name="fake-model"} 2.0',
+                                  'vllm:num_requests_waiting{engine="0",model_name="fake-model"} 0.0',
+                                  'vllm:num_requests_waiting{engine="1",model_name="fake-model"} 1.0']
+    with FakeOpenAI(api_key="k", slots=3, decode_tps=20) as fake:
+        assert _get(fake, "/slots")[0] == 401                                  # the key guards it
+        assert [s["is_processing"] for s in json.loads(_get(fake, "/slots", "k")[1])] == [False] * 3
+        assert _get(fake, "/metrics", "k")[0] == 501                          # no --metrics
+        stream = threading.Thread(target=_stream, args=(fake, dict(BODY, max_tokens=20), "k"))
+        stream.start()
+        time.sleep(0.3)
+        fake.settings["busy_requests"] = 1
+        assert [s["is_processing"] for s in json.loads(_get(fake, "/slots", "k")[1])] == [True, True, False]
+        stream.join()
+        assert fake.gets == ["/slots", "/slots", "/metrics", "/slots"]
+    with FakeOpenAI(metrics=True, slots_endpoint=False, busy_requests=2, busy_waiting=5) as fake:
+        assert _get(fake, "/slots")[0] == 501
+        assert _get(fake, "/metrics")[1] == ("# TYPE llamacpp:requests_processing gauge\n"
+                                             "llamacpp:requests_processing 2\n"
+                                             "# TYPE llamacpp:requests_deferred gauge\n"
+                                             "llamacpp:requests_deferred 5\n")
 
 
 def test_concurrent_streams_are_counted():

@@ -268,10 +268,182 @@ def test_gate_refuses_a_threshold_that_is_not_a_number():
 def test_filters_wrap_the_functions_and_raise_filter_errors():
     filters = FilterModule().filters()
     assert set(filters) == {"benchmark_targets", "benchmark_unknown_instances", "benchmark_report",
-                            "benchmark_markdown", "benchmark_table", "benchmark_svg", "benchmark_gate"}
+                            "benchmark_markdown", "benchmark_table", "benchmark_svg", "benchmark_gate",
+                            "benchmark_last_report", "benchmark_plan", "benchmark_plan_messages",
+                            "benchmark_json", "benchmark_report_files", "benchmark_text"}
     rep = filters["benchmark_report"]({"qwen36-27b": LLAMA_RESULT}, host="l20", instances=INSTANCES,
                                       runs=RUNS, warmup_requests=2, timestamp="t")
     assert rep["instances"]["qwen36-27b"]["result"]["summary"]["decode_tps"] == 87.55
     assert filters["benchmark_gate"](rep, min_decode_tps=100)["failed"] is True
     with pytest.raises(AnsibleFilterError, match="^validate: validate_max_ttft_s"):
         filters["benchmark_gate"](rep, max_ttft_s=[1])
+
+
+# --- measure only what changed: the plan, the merged report, the gate of a skipped instance ----------------
+
+FP = {"qwen36-27b": "1111111111111111", "qwen-fp8": "2222222222222222"}
+LOAD = {"source": "/slots", "processing": 0, "waiting": None, "slots": 2, "busy": False, "waited_s": 0.0,
+        "checks": 1, "checked_at": "2026-12-01T05:29:58Z", "measure": True,
+        "message": "idle (/slots, 2 slots)"}
+
+
+def fingerprinted(**changes):
+    instances = copy.deepcopy(INSTANCES)
+    for name, entry in instances.items():
+        entry["fingerprint"] = FP[name]
+    for name, change in changes.items():
+        instances[name].update(change)
+    return instances
+
+
+def measured(results=None, instances=None, timestamp="2026-12-01T05:30:00Z", last=None):
+    results = results if results is not None else {"qwen36-27b": dict(LLAMA_RESULT, load=LOAD, measured=True)}
+    return br.build_report("l20", instances or fingerprinted(), copy.deepcopy(results), runs=RUNS,
+                           warmup_requests=2, timestamp=timestamp, last=last)
+
+
+def reread(rep):
+    """The report as the node keeps it and the next run reads it back."""
+    return br.parse_last_report(br.report_json(rep))
+
+
+def test_the_files_render_the_same_report_the_same_way():
+    rep = measured()
+    files = br.report_files(rep, "l20")
+    assert [f["name"] for f in files] == ["l20.json", "l20.md", "l20.svg"]
+    assert files[0]["content"] == br.report_json(reread(rep)) and files[0]["content"].endswith("}\n")
+    assert "![decode tok/s and TTFT by concurrency](l20.svg)" in files[1]["content"]
+    ET.fromstring(files[2]["content"].split("\n", 1)[1])
+
+
+def test_only_the_files_missing_or_different_on_the_controller_are_written(tmp_path):
+    rep = measured()
+    names = [f["name"] for f in br.report_files(rep, "l20", str(tmp_path))]
+    assert names == ["l20.json", "l20.md", "l20.svg"]
+    for item in br.report_files(rep, "l20"):
+        (tmp_path / item["name"]).write_text(item["content"])
+    assert br.report_files(rep, "l20", str(tmp_path)) == []
+    (tmp_path / "l20.svg").unlink()
+    assert [f["name"] for f in br.report_files(rep, "l20", str(tmp_path))] == ["l20.svg"]
+    # another report: all three are written again (the Markdown and the chart render the JSON)
+    (tmp_path / "l20.svg").write_text("old chart")
+    other = measured(timestamp="2026-12-03T00:00:00Z")
+    assert [f["name"] for f in br.report_files(other, "l20", str(tmp_path))] == names
+
+
+def plan(instances=None, last=None, **kwargs):
+    instances = instances or fingerprinted()
+    return br.measure_plan(br.benchmark_targets(instances), instances, last=last, **kwargs)
+
+
+def test_a_measurement_records_the_deployment_it_measured_when_and_the_load_it_saw():
+    llama = measured()["instances"]["qwen36-27b"]
+    assert llama["fingerprint"] == FP["qwen36-27b"] and llama["measured_at"] == "2026-12-01T05:30:00Z"
+    assert llama["load"] == LOAD and llama["skipped"] is None
+    assert llama["benchmark"] == {"runs": RUNS, "warmup_requests": 2}
+    assert "load" not in llama["result"] and "measured" not in llama["result"]
+    assert measured()["version"] == br.REPORT_VERSION
+
+
+@pytest.mark.parametrize("text", [None, "", "not json", "[]", '{"instances": []}', '{"host": "x"}'])
+def test_an_unusable_last_report_counts_as_none(text):
+    assert br.parse_last_report(text) == {}
+
+
+def test_nothing_changed_nothing_is_measured_and_the_last_measurement_is_said():
+    last = reread(measured())
+    items = plan(fingerprinted(), last, deployments={"qwen36-27b": {"changed": False}})
+    llama = next(i for i in items if i["name"] == "qwen36-27b")
+    assert llama["measure"] is False and llama["measured_at"] == "2026-12-01T05:30:00Z"
+    assert llama["reason"] == "unchanged since its measurement at 2026-12-01T05:30:00Z"
+    assert br.plan_messages([llama]) == [
+        "qwen36-27b: not measured, unchanged since its measurement at 2026-12-01T05:30:00Z: decode 87.5 "
+        "tok/s, TTFT 29.340 s (validate_force: true measures it again)."]
+    # the other instance was never measured: it is
+    fp8 = next(i for i in items if i["name"] == "qwen-fp8")
+    assert (fp8["measure"], fp8["reason"]) == (True, "it has no earlier measurement")
+
+
+@pytest.mark.parametrize("kwargs, changes, reason", [
+    ({"force": True}, {}, "validate_force is set"),
+    ({"deployments": {"qwen36-27b": {"changed": True}}}, {}, "its deployment changed in this run"),
+    ({}, {"qwen36-27b": {"fingerprint": "3333333333333333", "settings": {"ctx_size": 8192}}},
+     "its deployment differs from the one measured at 2026-12-01T05:30:00Z (settings changed)"),
+    ({}, {"qwen36-27b": {"fingerprint": "3333333333333333", "build_id": "b2", "model_sha256": "ab" * 32}},
+     "its deployment differs from the one measured at 2026-12-01T05:30:00Z (build_id, model_sha256 changed)"),
+    ({}, {"qwen36-27b": {"fingerprint": "3333333333333333"}},
+     "its deployment differs from the one measured at 2026-12-01T05:30:00Z (command line, environment or "
+     "binary changed)"),
+    ({}, {"qwen36-27b": {"fingerprint": None}},
+     "llmops_instances has no deployment fingerprint for it (run the serve stage of this version first)"),
+])
+def test_what_makes_an_instance_measured_again(kwargs, changes, reason):
+    last = reread(measured())
+    items = plan(fingerprinted(**changes), last, **kwargs)
+    llama = next(i for i in items if i["name"] == "qwen36-27b")
+    assert (llama["measure"], llama["reason"]) == (True, reason)
+    assert br.plan_messages([llama]) == ["qwen36-27b: measuring, %s." % reason]
+
+
+def test_a_failed_measurement_is_measured_again():
+    last = reread(measured({"qwen-fp8": dict(VLLM_RESULT, load=LOAD, measured=True)}))
+    fp8 = next(i for i in plan(fingerprinted(), last) if i["name"] == "qwen-fp8")
+    assert (fp8["measure"], fp8["reason"]) == (True, "its last measurement (2026-12-01T05:30:00Z) failed")
+
+
+def test_measuring_one_instance_keeps_the_others_measurement_and_drops_instances_no_longer_served():
+    good_vllm = dict(VLLM_RESULT, errors=0, failed=False, load=LOAD, measured=True)
+    good_llama = dict(LLAMA_RESULT, load=LOAD, measured=True)
+    first = reread(measured({"qwen36-27b": good_llama, "qwen-fp8": good_vllm}))
+    changed = fingerprinted(**{"qwen-fp8": {"fingerprint": "4444444444444444"}})
+    second = measured({"qwen-fp8": good_vllm},
+                      instances=changed, timestamp="2026-12-02T08:00:00Z", last=first)
+    assert second["instances"]["qwen36-27b"] == first["instances"]["qwen36-27b"]
+    assert second["instances"]["qwen-fp8"]["measured_at"] == "2026-12-02T08:00:00Z"
+    assert second["instances"]["qwen-fp8"]["fingerprint"] == "4444444444444444"
+    assert second["timestamp"] == "2026-12-02T08:00:00Z"
+    gone = dict(changed)
+    del gone["qwen36-27b"]
+    third = measured({}, instances=gone, last=reread(second))
+    assert list(third["instances"]) == ["qwen-fp8"]
+
+
+BUSY = dict(LOAD, processing=2, busy=True, measure=False, waited_s=120.0, checks=25,
+            message="2 requests processing (/slots, 2 slots) after waiting 120 s (busy_wait 120): not "
+                    "measured, so as not to compete with its users")
+
+
+def test_a_busy_instance_keeps_its_last_measurement_says_why_and_is_not_gated():
+    last = reread(measured())
+    changed = fingerprinted(**{"qwen36-27b": {"fingerprint": "5555555555555555"}})
+    skipped = {"measured": False, "msg": BUSY["message"], "load": BUSY, "runs": [], "summary": {},
+               "errors": 0, "failed": False}
+    rep = measured({"qwen36-27b": skipped}, instances=changed, timestamp="2026-12-02T08:00:00Z", last=last)
+    llama = rep["instances"]["qwen36-27b"]
+    assert llama["result"] == last["instances"]["qwen36-27b"]["result"]          # the last figures stay
+    assert llama["fingerprint"] == FP["qwen36-27b"]                              # of what they measured
+    assert llama["skipped"] == {"at": "2026-12-02T08:00:00Z", "reason": BUSY["message"], "load": BUSY,
+                                "fingerprint": "5555555555555555"}
+    assert br.gate(rep, min_decode_tps=1000)["failed"] is False
+    text = br.markdown_report(rep)
+    assert ("- **not measured** at 2026-12-02T08:00:00Z (deployment `5555555555555555`): 2 requests "
+            "processing (/slots, 2 slots) after waiting 120 s") in text
+    # the next run still wants it measured (its fingerprint still differs)
+    item = next(i for i in plan(changed, reread(rep)) if i["name"] == "qwen36-27b")
+    assert item["measure"] is True and "differs" in item["reason"]
+    # a busy instance never measured before has no figures, and no gate failure either
+    fresh = measured({"qwen-fp8": skipped}, last={})
+    assert "result" not in fresh["instances"]["qwen-fp8"] and br.gate(fresh)["failed"] is False
+
+
+def test_markdown_says_when_each_instance_was_measured_and_the_load_before():
+    text = br.markdown_report(measured())
+    assert ("- measured: 2026-12-01T05:30:00Z (deployment `1111111111111111`), load before: idle (/slots, 2 "
+            "slots)") in text
+
+
+def test_gate_checks_only_the_instances_of_this_run():
+    rep = measured({"qwen36-27b": dict(LLAMA_RESULT, load=LOAD, measured=True),
+                    "qwen-fp8": dict(VLLM_RESULT, load=LOAD, measured=True)})
+    assert br.gate(rep, names=["qwen36-27b"]) == {"failed": False, "messages": []}
+    assert br.gate(rep, names=["qwen-fp8"])["failed"] is True

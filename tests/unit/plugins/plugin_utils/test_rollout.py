@@ -126,3 +126,43 @@ def test_health_wait_args_from_a_plan_and_from_its_record_are_the_same():
     llama = dict(plan, served_model_name="q", key_file="/etc/llama-server/q.key", api_key_env=None)
     assert health_wait_args(llama, 900).endswith("--model q --key-file /etc/llama-server/q.key --timeout 900 "
                                                  "--journal-lines 40")
+
+
+# --- the deployment fingerprint (read by role validate) ----------------------------------------------------
+
+def _real_plan(**instance):
+    from tests.unit.plugins.plugin_utils.serving_helpers import plan as real_plan
+    return real_plan([dict({"name": "qwen", "model": "tiny", "port": 18003, "settings": {"ctx_size": 4096}},
+                           **instance)], gpus=None)[0]
+
+
+def test_fingerprint_is_stable_and_short():
+    assert rollout.deployment_fingerprint(plan()) == rollout.deployment_fingerprint(plan())
+    assert len(rollout.deployment_fingerprint(plan())) == 16
+    assert rollout.deployment_fingerprint(_real_plan()) == rollout.deployment_fingerprint(_real_plan())
+
+
+@pytest.mark.parametrize("change", [
+    {"settings": {"max_model_len": 8192}}, {"build_id": "0.34.0"}, {"model_sha256": "cd" * 32},
+    {"model_path": "/models/other"}, {"binary": "/opt/vllm/0.34.0/bin/vllm"}, {"env": {"A": "2"}},
+    {"env_names": ["HF_TOKEN"]}, {"gpus": [2, 3]}, {"argv": ["--other"]}, {"mode": "container"},
+])
+def test_fingerprint_changes_with_what_the_instance_runs(change):
+    assert rollout.deployment_fingerprint(plan(**change)) != rollout.deployment_fingerprint(plan())
+
+
+@pytest.mark.parametrize("change", [{"warnings": ["FP8 emulated"]}, {"timeout_start_sec": 900},
+                                    {"url": "http://127.0.0.1:1"}, {"key_file": "/etc/k"}])
+def test_fingerprint_ignores_the_plans_bookkeeping(change):
+    assert rollout.deployment_fingerprint(plan(**change)) == rollout.deployment_fingerprint(plan())
+
+
+def test_fingerprint_of_a_real_plan_follows_its_settings_and_is_in_the_instance_fact():
+    from ansible_collections.llmops.serving.plugins.filter.serving import serving_instance_fact
+
+    base = _real_plan()
+    assert serving_instance_fact(base)["fingerprint"] == rollout.deployment_fingerprint(base)
+    assert rollout.deployment_fingerprint(_real_plan(settings={"ctx_size": 8192})) \
+        != rollout.deployment_fingerprint(base)
+    with pytest.raises(rollout.RolloutError, match="needs an instance plan"):
+        rollout.deployment_fingerprint(None)

@@ -1,0 +1,218 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""A run of site.yml that changes nothing re-reads nothing it already knows (issue 26), and every stage run on
+its own still reads what it needs:
+
+- facts are gathered once per site.yml run (by preflight; the later stages get llmops_site_run: true from
+  site.yml's imports), and by each stage playbook run alone (site.yml and the stages really run, with a tag
+  that selects no task, under profile_tasks);
+- the GPU host stage decides from the GPUs preflight read in the same run (no second nvidia-smi);
+- role serving reads the services once per run and again after it started or restarted a unit;
+- role model does not re-read the GGUF header of a file preflight read in the same run and the download left
+  as it was;
+- role llama_cpp publishes an installed build from the manifest llama_cpp_build_info already returned;
+- validate measures only what changed in site.yml, everything when playbooks/validate.yml runs alone.
+"""
+import os
+import re
+import sys
+
+import pytest
+
+from tests.helpers import ROOT, load_yaml, role_templar, run_local_playbook
+
+STAGES = ("gpu_host", "build", "models", "serve")
+
+
+def task(path, name):
+    """The task named `name` in a tasks file or a playbook's plays (searched through blocks)."""
+    def walk(items):
+        for item in items or ():
+            if item.get("name") == name:
+                return item
+            found = walk(item.get("block")) or walk(item.get("tasks")) or walk(item.get("rescue")) \
+                or walk(item.get("always"))
+            if found:
+                return found
+        return None
+    found = walk(load_yaml(os.path.join(ROOT, path)))
+    assert found, "no task %r in %s" % (name, path)
+    return found
+
+
+def holds(templar, conditions):
+    """Whether every `when` condition holds, as Ansible evaluates a list of them."""
+    conditions = conditions if isinstance(conditions, list) else [conditions]
+    return all(templar.template("{{ (%s) | bool }}" % c) in (True, "True") for c in conditions)
+
+
+# --- site.yml and the stage playbooks ----------------------------------------------------------------------
+
+def test_site_marks_every_stage_after_preflight_as_part_of_the_run():
+    imports = [(p["ansible.builtin.import_playbook"], p.get("vars") or {})
+               for p in load_yaml(os.path.join(ROOT, "site.yml"))]
+    assert [name for name, _vars in imports] == [
+        "playbooks/bootstrap.yml", "playbooks/preflight.yml", "playbooks/gpu_host.yml", "playbooks/build.yml",
+        "playbooks/models.yml", "playbooks/serve.yml", "playbooks/validate.yml"]
+    assert [bool(v.get("llmops_site_run")) for _name, v in imports] == [False, False] + [True] * 5
+
+
+@pytest.mark.parametrize("site_run, expected", [(None, True), (False, True), (True, False), ("true", False)])
+def test_stages_gather_facts_unless_site_yml_gathered_them_in_this_run(site_run, expected):
+    variables = {} if site_run is None else {"llmops_site_run": site_run}
+    templar = role_templar(ROOT, variables)
+    for stage in STAGES:
+        plays = load_yaml(os.path.join(ROOT, "playbooks", "%s.yml" % stage))
+        assert templar.template(plays[0]["gather_facts"]) is expected, stage
+    assert load_yaml(os.path.join(ROOT, "playbooks", "preflight.yml"))[0]["gather_facts"] is True
+
+
+@pytest.mark.parametrize("site_run, force", [(None, True), (True, False)])
+def test_validate_alone_measures_everything_and_in_site_only_what_changed(site_run, force):
+    play = load_yaml(os.path.join(ROOT, "playbooks", "validate.yml"))[0]
+    templar = role_templar(ROOT, {} if site_run is None else {"llmops_site_run": site_run})
+    assert templar.template(play["vars"]["validate_force"]) is force
+
+
+def _run_with_no_task(playbook, tmp_path):
+    """Run a playbook against localhost with a tag no task has: what runs is what runs whatever the tags
+    (fact gathering, the roles' argument checks). The fact cache is the test's own."""
+    env = dict(ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
+               ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"))
+    args = ["-c", "local", "--tags", "llmops-test-no-such-tag", "-e", "llmops_target=localhost",
+            "-e", "ansible_become=false", "-e", "ansible_python_interpreter=%s" % sys.executable]
+    result, recap = run_local_playbook(os.path.join(ROOT, playbook), str(tmp_path), extra_env=env,
+                                       extra_args=args)
+    assert recap.get("failed") == 0 and recap.get("unreachable") == 0, result.stdout + result.stderr
+    return result.stdout.count("TASK [Gathering Facts]")
+
+
+def test_site_yml_gathers_facts_once(tmp_path):
+    assert _run_with_no_task("site.yml", tmp_path) == 1
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_each_stage_alone_gathers_its_facts(stage, tmp_path):
+    assert _run_with_no_task("playbooks/%s.yml" % stage, tmp_path) == 1
+
+
+# --- the GPU host stage: no second nvidia-smi ----------------------------------------------------------
+
+def test_gpu_host_stage_decides_from_the_gpus_preflight_read_in_the_same_run():
+    role = load_yaml(os.path.join(ROOT, "playbooks", "gpu_host.yml"))[0]["roles"][0]
+    assert role["role"] == "llmops.serving.nvidia_driver"
+    read = task("roles/nvidia_driver/tasks/detect.yml", "Gather GPU facts (llmops_gpus)")["when"]
+    defaults = load_yaml(os.path.join(ROOT, "roles", "nvidia_driver", "defaults", "main.yml"))
+    gpus = {"present": True, "count": 4}
+    for site_run, facts, expected in [(True, gpus, False), (True, None, True), (None, gpus, True)]:
+        variables = dict(defaults)
+        variables.update({} if site_run is None else {"llmops_site_run": site_run})
+        variables["nvidia_driver_read_gpus"] = role_templar(ROOT, variables).template(
+            role["vars"]["nvidia_driver_read_gpus"])
+        if facts:
+            variables["llmops_gpus"] = facts
+        assert holds(role_templar(ROOT, variables), read) is expected, (site_run, facts)
+
+
+# --- role serving: the services, once per run ---------------------------------------------------------
+
+def test_serving_reads_the_services_once_per_run_and_again_after_a_unit_started():
+    memory_read = "Read which units run now (a running instance's GPUs count as free, its restart frees them)"
+    reads = [task("roles/serving/tasks/plan.yml", "Read which units run now")["when"],
+             task("roles/serving/tasks/memory_plan.yml", memory_read)["when"]]
+    for when in reads:
+        # the fact cache may hold services from days ago: not enough
+        assert holds(role_templar(ROOT, {"ansible_facts": {"services": {}}}), when)
+        assert not holds(role_templar(ROOT, {"_serving_services_fresh": True}), when)
+    # each read is followed by the set_fact that marks it fresh
+    assert task("roles/serving/tasks/plan.yml", "Resolve the instances into unit plans (refuses bad settings "
+                "and env, shared GPUs, exposed binds)")["ansible.builtin.set_fact"]["_serving_services_fresh"]
+    assert task("roles/serving/tasks/memory_plan.yml", "Gather what the planner needs for each instance "
+                "(merged settings, model metadata, GPUs in order)")["ansible.builtin.set_fact"][
+                    "_serving_services_fresh"] is True
+    publish = [t for t in load_yaml(os.path.join(ROOT, "roles", "serving", "tasks", "record.yml"))
+               if "llmops_deployments" in (t.get("ansible.builtin.set_fact") or {})][0]
+    expr = publish["ansible.builtin.set_fact"]["_serving_services_fresh"]
+    for fresh, service, expected in [(True, {"changed": False}, False), (True, {"changed": True}, True),
+                                     (None, {"changed": False}, True)]:
+        variables = {"_serving_service": service}
+        if fresh is not None:
+            variables["_serving_services_fresh"] = fresh
+        stale = role_templar(ROOT, variables).template(expr) in (False, "False")
+        assert stale is expected, (fresh, service)
+
+
+# --- role model: the header preflight read ----------------------------------------------------------------
+
+MODEL = {"name": "tiny", "repo": "org/tiny", "filename": "tiny.gguf"}
+HEADER = {"architecture": "qwen35", "chat_template_risks": [], "block_count": 4}
+
+
+def _model_vars(**over):
+    variables = load_yaml(os.path.join(ROOT, "roles", "model", "defaults", "main.yml"))
+    variables.update(load_yaml(os.path.join(ROOT, "roles", "model", "vars", "main.yml")))
+    variables.update({"_model_item": MODEL, "model_dir": "/srv/models",
+                      "_model_download": {"path": "/srv/models/tiny/tiny.gguf", "changed": False},
+                      "_model_gguf": {"skipped": True}, "llmops_model_headers": {"tiny": HEADER}})
+    variables.update(over)
+    return variables
+
+
+@pytest.mark.parametrize("over, known", [
+    ({}, True),
+    ({"_model_download": {"path": "/srv/models/tiny/tiny.gguf", "changed": True}}, False),     # replaced
+    ({"llmops_model_headers": {"tiny": dict(HEADER, remote={"url": "http://hub"})}}, False),  # from the hub
+    ({"llmops_model_headers": {}}, False),                                                  # no preflight
+    ({"_model_download": {"path": "/srv/models/tiny/other.gguf", "changed": False}}, False),
+])
+def test_the_models_stage_reuses_the_header_preflight_read_of_the_same_unchanged_file(over, known):
+    variables = _model_vars(**over)
+    templar = role_templar(os.path.join(ROOT, "roles", "model"), variables)
+    check = task("roles/model/tasks/model.yml", "Check the GGUF structure (header, tensor table, exact size, "
+                 "chat template): {{ _model_item.name }}")
+    assert holds(templar, check["when"][-1]) is (not known)
+    if known:
+        assert templar.template("{{ _model_gguf_info }}") == HEADER
+    else:
+        variables["_model_gguf"] = dict(HEADER, block_count=5)
+        assert role_templar(ROOT, variables).template("{{ _model_gguf_info }}")["block_count"] == 5
+
+
+# --- role llama_cpp: the manifest it has -------------------------------------------------------------------
+
+MANIFEST = {"build_id": "b1", "mode": "host", "binary": "/opt/llama.cpp/builds/b1/bin/llama-server",
+            "image": "", "version": "1 (abc)", "install_dir": "/opt/llama.cpp/builds/b1", "source": {},
+            "cuda": False, "cuda_architectures": "", "targets": ["llama-server"], "cmake_args": []}
+
+
+@pytest.mark.parametrize("installed, check_mode, slurped", [(True, False, False), (False, False, True),
+                                                            (False, True, False)])
+def test_an_installed_build_is_published_from_the_manifest_build_info_returned(installed, check_mode,
+                                                                               slurped):
+    facts = load_yaml(os.path.join(ROOT, "roles", "llama_cpp", "tasks", "facts.yml"))
+    read, publish = facts[0], facts[1]
+    variables = load_yaml(os.path.join(ROOT, "roles", "llama_cpp", "defaults", "main.yml"))
+    variables.update(publish["vars"])
+    variables.update({"_llama_cpp_installed": installed, "ansible_check_mode": check_mode,
+                      "_llama_cpp_plan": {"manifest": MANIFEST if installed else None,
+                                          "identity": {"source": {}},
+                                          "next_previous_build_id": None, "cuda": False,
+                                          "cuda_architectures": "", "targets": [], "cmake_args": []},
+                      "_llama_cpp_build_id": "b1", "_llama_cpp_mode": "host", "_llama_cpp_image": "",
+                      "_llama_cpp_install_dir": "/opt/llama.cpp/builds/b1", "_llama_cpp_src": "/src"})
+    templar = role_templar(os.path.join(ROOT, "roles", "llama_cpp"), variables)
+    assert holds(templar, read["when"]) is slurped
+    if not slurped:
+        published = templar.template(publish["ansible.builtin.set_fact"]["llmops_llama_cpp"])
+        assert published["version"] == ("1 (abc)" if installed else "")
+
+
+def test_profile_of_the_noop_validate_stage_is_one_module_call(tmp_path):
+    """The validate stage of a run that changed nothing runs one module on the node (the slurp of its last
+    report); profile_tasks lists every task that took time (tests/roles/test_validate_role.py measures it
+    against the fakes)."""
+    text = open(os.path.join(ROOT, "roles", "validate", "tasks", "plan.yml")).read()
+    modules = re.findall(r"^\s+(ansible\.builtin\.\w+|llmops\.serving\.\w+):", text, re.M)
+    assert [m for m in modules if m not in ("ansible.builtin.set_fact", "ansible.builtin.debug")] == [
+        "ansible.builtin.slurp"]
