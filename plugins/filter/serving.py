@@ -44,9 +44,10 @@ def serving_argv(settings, engine=instance_plan.DEFAULT_ENGINE, **kwargs):
     return instance_plan.engine_flags(engine).build_argv(settings, **kwargs)
 
 
-def serving_exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None, home=None):
+def serving_exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None, home=None, memlock=None):
     """The ExecStart= command line of one planned instance (systemd quoting)."""
-    return systemd.exec_start(plan, user=user, docker=docker, entrypoint=entrypoint, home=home)
+    return systemd.exec_start(plan, user=user, docker=docker, entrypoint=entrypoint, home=home,
+                              memlock=memlock)
 
 
 def serving_env_file(instances, name, mode="host", systemd_version=None, api_keys=None,

@@ -15,7 +15,18 @@ CONTAINER_MODEL_DIR = "/models"
 CONTAINER_KEY_FILE = "/run/secrets/llama-server-api-key"
 
 
-def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None, home=None):
+def memlock_ulimit(limit):
+    """docker's `--ulimit memlock=` value of a locked-memory limit in systemd's LimitMEMLOCK spelling:
+    infinity (or none) -> -1:-1 (unlimited), a number of bytes -> that number, soft and hard."""
+    text = str(limit if limit is not None else "infinity").strip()
+    if text in ("infinity", "unlimited", ""):
+        return "memlock=-1:-1"
+    if not text.isdigit():
+        raise ValueError("locked-memory limit %r is neither infinity nor a number of bytes" % (limit,))
+    return "memlock=%s:%s" % (text, text)
+
+
+def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None, home=None, memlock=None):
     """argv of `docker run` for a container-mode instance (only its GPUs; model dir and key read-only; env
     from its file).
 
@@ -27,6 +38,10 @@ def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None, 
     `home`: with `user`, the service user's home on the node, mounted read-write at the same path and set as
     HOME: the image's own HOME (/root in vllm-openai) is not writable by that user, and vLLM keeps its
     compile and CUDA-graph caches under ~/.cache (kept across restarts, so a restart starts faster).
+
+    `memlock`: the locked-memory limit the node can grant (role serving's LimitMEMLOCK: infinity, or the hard
+    limit of a node that cannot raise it, itself a container say); the container of an instance with mlock
+    gets it, as its unit would.
     """
     entrypoint = entrypoint or plan.get("container_entrypoint")
     args = [docker, "run", "--rm", "--name", plan["container_name"], "--network", "host", "--init"]
@@ -38,7 +53,7 @@ def docker_run_args(plan, user=None, docker="/usr/bin/docker", entrypoint=None, 
         if home:
             args += ["-v", "%s:%s" % (home, home), "-e", "HOME=%s" % home]
     if plan["mlock"]:
-        args += ["--ulimit", "memlock=-1:-1"]
+        args += ["--ulimit", memlock_ulimit(memlock)]
     args += ["-v", "%s:%s:ro" % (plan["model_dir"], CONTAINER_MODEL_DIR)]
     if plan["key_file"]:
         args += ["-v", "%s:%s:ro" % (plan["key_file"], CONTAINER_KEY_FILE)]

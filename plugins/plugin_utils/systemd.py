@@ -31,11 +31,11 @@ def systemd_command(argv):
     return " ".join(systemd_quote(a) for a in argv)
 
 
-def exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None, home=None):
+def exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None, home=None, memlock=None):
     """The ExecStart= command line of one planned instance: its binary, or `docker run` of its image."""
     if plan["mode"] == "container":
         return systemd_command(docker_run_args(plan, user=user, docker=docker, entrypoint=entrypoint,
-                                               home=home))
+                                               home=home, memlock=memlock))
     return systemd_command([plan["binary"]] + list(plan.get("subcommand") or ()) + list(plan["argv"]))
 
 

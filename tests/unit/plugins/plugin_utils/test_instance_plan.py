@@ -105,6 +105,12 @@ def test_container_mode_gets_only_its_gpus_readonly_mounts_and_relative_paths():
     assert "/etc/llama-server/q.key:/run/secrets/llama-server-api-key:ro" in parsed
     assert parsed[parsed.index("--user") + 1] == "998:997"
     assert parsed[parsed.index("--ulimit") + 1] == "memlock=-1:-1"
+    # A node that cannot raise the limit (itself a container): its containers get its hard limit, as units.
+    capped = shlex.split(systemd_command(docker_run_args(p, memlock="8388608")))
+    assert capped[capped.index("--ulimit") + 1] == "memlock=8388608:8388608"
+    assert "memlock=-1:-1" in docker_run_args(p, memlock="infinity")
+    with pytest.raises(ValueError, match="neither infinity nor a number"):
+        docker_run_args(p, memlock="8M; rm")
     image_at = parsed.index("llmops/llama.cpp:b1")
     # instance env (maybe secrets) comes from its 0600 file, never as -e NAME=value
     assert parsed[parsed.index("--env-file") + 1] == "/etc/llama-server/q.env"
