@@ -21,12 +21,12 @@ ALLOWED = {
                               "ansible_become", "ansible_become_user", "ansible_docker_extra_args"},
     "where the mirrors point": {"llmops_mirrors", "nvidia_driver_apt_repo_trusted",
                                 "nvidia_container_toolkit_apt_repo_trusted"},
-    "llama.cpp without CUDA, in the local test image": {"llama_cpp_cuda", "llama_cpp_builder_image",
-                                                        "llama_cpp_runtime_image", "llama_cpp_builder_image_digest",
-                                                        "llama_cpp_runtime_image_digest"},
+    "llama.cpp without CUDA, in the local test image": {
+        "llama_cpp_cuda", "llama_cpp_builder_image", "llama_cpp_runtime_image",
+        "llama_cpp_builder_image_digest", "llama_cpp_runtime_image_digest"},
     "the fake vLLM image": {"vllm_image_digest"},
-    "the stand-in driver stack and GPUs": {"nvidia_driver_sysfs_module_dir", "nvidia_driver_reboot_boot_time_command",
-                                           "llmops_sysfs_root"},
+    "the stand-in driver stack and GPUs": {
+        "nvidia_driver_sysfs_module_dir", "nvidia_driver_reboot_boot_time_command", "llmops_sysfs_root"},
 }
 ALLOWED_KEYS = set().union(*ALLOWED.values())
 
@@ -47,13 +47,14 @@ def test_the_override_sets_host_variables_of_the_one_shipped_host_only():
     assert set(data["all"]["children"]) == {"l20"}
     group = data["all"]["children"]["l20"]
     assert set(group) == {"hosts"}, "no group variables: they would rank below the shipped group_vars"
-    shipped_hosts = load(os.path.join(SHIPPED, "hosts.yml"))["all"]["children"]["llm_nodes"]["children"]["l20"]
+    shipped = load(os.path.join(SHIPPED, "hosts.yml"))
+    shipped_hosts = shipped["all"]["children"]["llm_nodes"]["children"]["l20"]
     assert set(group["hosts"]) == set(shipped_hosts["hosts"]) == {"l20-node-01"}
 
 
 def test_every_override_key_is_on_the_allow_list():
     keys = set(override()["all"]["children"]["l20"]["hosts"]["l20-node-01"])
-    assert keys - ALLOWED_KEYS == set(), "not allowed in the twin's override: %s" % sorted(keys - ALLOWED_KEYS)
+    assert keys - ALLOWED_KEYS == set(), "not allowed in the override: %s" % sorted(keys - ALLOWED_KEYS)
 
 
 def test_the_mirrors_map_has_the_shipped_keys_only():

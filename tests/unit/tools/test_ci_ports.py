@@ -14,7 +14,9 @@ import pytest
 from tools.ci import ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-SCENARIOS = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(ROOT, "molecule", "*", "molecule.yml")))
+SCENARIOS = sorted(os.path.basename(os.path.dirname(p))
+                   for p in glob.glob(os.path.join(ROOT, "molecule", "*", "molecule.yml")))
+PORT_LIKE = re.compile(r"(?<![\d.])(1[789]\d{3}|80\d\d)(?![\d.])")
 
 
 def test_every_scenario_has_an_entry_and_the_blocks_do_not_overlap():
@@ -31,7 +33,7 @@ def test_every_port_a_scenario_writes_is_in_its_block(scenario):
     for path in glob.glob(os.path.join(ROOT, "molecule", scenario, "**", "*"), recursive=True):
         if os.path.isfile(path):
             with open(path, encoding="utf-8", errors="replace") as handle:
-                found |= {int(n) for n in re.findall(r"(?<![\d.])(1[789]\d{3}|80\d\d)(?![\d.])", handle.read())}
+                found |= {int(n) for n in PORT_LIKE.findall(handle.read())}
     undeclared = found - not_ports - set(ports.ports_of(scenario))
     assert undeclared == set(), "declare them in tools/ci/ports.py SCENARIO_PORTS[%r]" % scenario
 
