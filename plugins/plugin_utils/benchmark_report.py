@@ -315,6 +315,10 @@ def _threshold(setting, name, variable):
         raise BenchmarkReportError("%s: %r (instance %s) is not a number" % (variable, value, name)) from None
 
 
+# Public: role monitoring_server reads the same thresholds for its alert rules (plugin_utils/monitoring.py).
+threshold = _threshold
+
+
 def gate(report, min_decode_tps=None, max_ttft_s=None, fail_on_errors=True):
     """{"failed": bool, "messages": [...]}: one message per threshold missed or instance with errors."""
     messages = []
