@@ -99,8 +99,9 @@ def agent_plan(host, instances, options):
     node = str(host)
 
     def job(name, target, labels=None, path=None, extra=None):
-        config = {"job_name": name, "static_configs": [{"targets": [target],
-                                                         "labels": dict({"node": node}, **(labels or {}))}]}
+        # `instance` names the node (or node:instance), not the loopback address every node shares.
+        config = {"job_name": name, "static_configs": [{
+            "targets": [target], "labels": dict({"node": node, "instance": node}, **(labels or {}))}]}
         if path and path != "/metrics":
             config["metrics_path"] = path
         config.update(extra or {})
