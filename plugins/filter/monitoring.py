@@ -8,6 +8,7 @@
                                                           -> {config, credentials, warnings} of a node's agent
     {{ llmops_instances | llmops.serving.monitoring_node_textfile(models_dir, models_mount) }}   -> text
     {{ [model_dir] | llmops.serving.monitoring_models_mountpoint(ansible_facts['mounts']) }}     -> '/home'
+    {{ groups[group] | llmops.serving.monitoring_inventory_nodes(hostvars) }}  -> {host: {instance: {engine}}}
     {{ nodes | llmops.serving.monitoring_inventory_rules(min_decode_tps, max_ttft_s) }}         -> rule groups
     {{ options | llmops.serving.monitoring_server_config }}              -> prometheus.yml
     {{ options | llmops.serving.monitoring_alertmanager_config }}        -> alertmanager.yml
@@ -34,6 +35,7 @@ class FilterModule(object):
             "monitoring_agent_plan": _wrap(monitoring_agent_plan),
             "monitoring_node_textfile": _wrap(monitoring.node_textfile),
             "monitoring_models_mountpoint": _wrap(monitoring.models_mountpoint),
+            "monitoring_inventory_nodes": _wrap(monitoring.inventory_nodes),
             "monitoring_inventory_rules": _wrap(monitoring.inventory_rules),
             "monitoring_server_config": _wrap(monitoring.server_config),
             "monitoring_alertmanager_config": _wrap(monitoring.alertmanager_config),

@@ -8,6 +8,7 @@ writes, what the monitoring host expects from the inventory, and Alertmanager's 
     agent_plan(host, instances, options)           -> {"config", "credentials", "warnings"} (role monitoring)
     node_textfile(host, instances, models_mount)   -> Prometheus text of the instances' static facts
     models_mountpoint(paths, mounts)               -> the mount point that holds the models
+    inventory_nodes(hosts, hostvars)               -> {host: {instance: {engine}}} of the monitored nodes
     inventory_rules(nodes, min_decode_tps, max_ttft_s, ...)  -> the rule groups rendered from the inventory
     server_config(options)                         -> the monitoring host's prometheus.yml
     alertmanager_config(options)                   -> alertmanager.yml
@@ -29,7 +30,11 @@ import re
 
 from ansible_collections.llmops.serving.plugins.plugin_utils.benchmark_report import threshold
 from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import is_loopback
-from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import (
+    ServingError,
+    get_var,
+    is_number,
+)
 
 __metaclass__ = type
 
@@ -203,6 +208,25 @@ def node_textfile(instances, models_dir=None, models_mount=None):
 
 
 # --- the monitoring host -----------------------------------------------------------------------------------
+
+def inventory_nodes(hosts, hostvars, default_engine="llama.cpp"):
+    """{host: {instance: {"engine": ...}}} of the monitored hosts: what role serving published
+    (llmops_instances, from the fact cache) or, before it ran, what the inventory asks for
+    (serving_instances)."""
+    nodes = {}
+    for host in hosts or ():
+        node = get_var(hostvars, host, {})
+        published = get_var(node, "llmops_instances")
+        if published:
+            nodes[str(host)] = {str(n): {"engine": get_var(e, "engine", default_engine)}
+                                for n, e in published.items()}
+            continue
+        wanted = get_var(node, "serving_instances", []) or []
+        engine = get_var(node, "serving_default_engine", default_engine)
+        nodes[str(host)] = {str(i["name"]): {"engine": i.get("engine") or engine}
+                            for i in wanted if isinstance(i, dict) and i.get("name")}
+    return nodes
+
 
 def inventory_rules(nodes, min_decode_tps=None, max_ttft_s=None):
     """The rule groups that depend on the inventory: the instances each node should report

@@ -4,7 +4,8 @@
 """Role gateway for real: its templates rendered with Ansible's own Templar from the role's defaults and the
 plan task's expression, checked by `haproxy -c`, then a real HAProxy on 127.0.0.1 in front of two fake vLLM
 servers (tests/fixtures/fake_vllm/vllm), each playing one node's instance (node address 127.0.0.1, as in the
-Molecule scenarios). Ports 18240-18249 only. Skipped when haproxy or openssl is absent (CI installs them).
+Molecule scenarios). Ports 18240-18249 only (18249: the metrics frontend, HAProxy's Prometheus exporter).
+Skipped when haproxy or openssl is absent (CI installs them).
 """
 import http.client
 import json
@@ -23,7 +24,7 @@ from tests.fixtures.fake_vllm import fake_env
 from tests.helpers import ROOT, load_yaml, role_templar, wait_healthy
 
 ROLE = os.path.join(ROOT, "roles", "gateway")
-GW_PORT, PORTS = 18240, (18241, 18242)
+GW_PORT, PORTS, METRICS_PORT = 18240, (18241, 18242), 18249
 BACKEND_KEY = "backend-secret-7c1e"
 CLIENT_KEYS = [{"name": "alice", "key": "sk-alice-3f9a", "rate_limit": 1000},
                {"name": "bob", "key": "sk-bob-81d2", "rate_limit": 3}]
@@ -52,6 +53,10 @@ def render(tmp_path, **extra):
         "groups": {"llm_nodes": ["n1", "n2"]},
         "hostvars": hostvars, "gateway_api_keys": CLIENT_KEYS, "gateway_bind_address": "127.0.0.1",
         "gateway_port": GW_PORT, "gateway_health_inter": "1s", "gateway_health_fall": 3,
+        "gateway_metrics_port": METRICS_PORT,
+        # What tasks/version.yml registers: the installed HAProxy's build options and services.
+        "_gateway_haproxy_vv": {"stdout": subprocess.run(["haproxy", "-vv"], stdout=subprocess.PIPE,
+                                                         universal_newlines=True, check=False).stdout},
         "gateway_admin_socket": str(tmp_path / "admin.sock"), "_gateway_config_dir": str(tmp_path),
         "_gateway_config_file": str(tmp_path / "haproxy.cfg"), "_gateway_user": "", "_gateway_chroot": "",
     })
@@ -195,6 +200,28 @@ def test_gateway_routes_checks_keys_limits_and_survives_a_dead_server(gateway):
     assert 'key="alice"' in text and 'key="bob"' in text and " 429 " in text and " 401 " in text
     for secret in (alice, bob, BACKEND_KEY, "sk-unknown"):
         assert secret not in text
+
+
+def test_the_metrics_frontend_serves_haproxy_exporter_on_loopback(gateway):
+    """The frontend role monitoring's agent scrapes: HAProxy's own Prometheus exporter, /metrics only."""
+    cfg = open(gateway["cfg"]).read()
+    assert "bind 127.0.0.1:%d" % METRICS_PORT in cfg
+    conn = http.client.HTTPConnection("127.0.0.1", METRICS_PORT, timeout=10)
+    conn.request("GET", "/metrics")
+    resp = conn.getresponse()
+    text = resp.read().decode()
+    assert resp.status == 200 and 'haproxy_backend_active_servers{proxy="be_qwen"} 2' in text
+    conn.request("GET", "/v1/models")
+    resp = conn.getresponse()
+    assert (resp.status, resp.read()) == (404, b"not found")
+    conn.close()
+
+
+def test_no_metrics_frontend_without_the_exporter_or_a_port(tmp_path):
+    without = {"_gateway_haproxy_vv": {"stdout": "Available services : none"}}
+    for extra in ({"gateway_metrics_port": 0}, without):
+        _, cfg = render(tmp_path, gateway_tls=False, **extra)
+        assert "prometheus-exporter" not in open(cfg).read()
 
 
 def test_maps_hold_no_plaintext_key_and_config_validates(tmp_path):
