@@ -249,7 +249,8 @@ def inventory_rules(nodes, min_decode_tps=None, max_ttft_s=None):
     for name in sorted(names):
         for record, setting, variable in settings:
             value = threshold(setting, name, variable)
-            if value is not None:
+            # 0 is "no gate" also when it arrives as text ("{{ validate_max_ttft_s | default(0) }}").
+            if value is not None and value > 0:
                 gates.append({"record": record, "expr": "vector(%r)" % value,
                               "labels": {"llm_instance": name}})
     groups = [{"name": "llmops-inventory", "rules": expected}]
