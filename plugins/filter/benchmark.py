@@ -11,6 +11,7 @@
     {{ report | llmops.serving.benchmark_markdown(chart_file='node1.svg') }}  -> the Markdown report
     {{ report | llmops.serving.benchmark_table }}                         -> one table, all instances
     {{ report | llmops.serving.benchmark_svg }}                           -> the SVG chart
+    {{ report | llmops.serving.benchmark_html }}                          -> one HTML page, the chart inline
     {{ report | llmops.serving.benchmark_gate(min_decode_tps=45, max_ttft_s={'qwen': 2}) }}
                                                                           -> {failed, messages}
 """
@@ -46,5 +47,6 @@ class FilterModule(object):
             "benchmark_markdown": _wrap(benchmark_report.markdown_report),
             "benchmark_table": _wrap(benchmark_report.markdown_table),
             "benchmark_svg": _wrap(benchmark_report.svg_chart),
+            "benchmark_html": _wrap(benchmark_report.html_report),
             "benchmark_gate": _wrap(benchmark_report.gate),
         }
