@@ -268,7 +268,8 @@ def test_gate_refuses_a_threshold_that_is_not_a_number():
 def test_filters_wrap_the_functions_and_raise_filter_errors():
     filters = FilterModule().filters()
     assert set(filters) == {"benchmark_targets", "benchmark_unknown_instances", "benchmark_report",
-                            "benchmark_markdown", "benchmark_table", "benchmark_svg", "benchmark_gate"}
+                            "benchmark_markdown", "benchmark_table", "benchmark_svg", "benchmark_html",
+                            "benchmark_gate"}
     rep = filters["benchmark_report"]({"qwen36-27b": LLAMA_RESULT}, host="l20", instances=INSTANCES,
                                       runs=RUNS, warmup_requests=2, timestamp="t")
     assert rep["instances"]["qwen36-27b"]["result"]["summary"]["decode_tps"] == 87.55
