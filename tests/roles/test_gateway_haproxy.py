@@ -4,8 +4,8 @@
 """Role gateway for real: its templates rendered with Ansible's own Templar from the role's defaults and the
 plan task's expression, checked by `haproxy -c`, then a real HAProxy on 127.0.0.1 in front of two fake vLLM
 servers (tests/fixtures/fake_vllm/vllm), each playing one node's instance (node address 127.0.0.1, as in the
-Molecule scenarios). Ports 18240-18249 only (18249: the metrics frontend, HAProxy's Prometheus exporter).
-Skipped when haproxy or openssl is absent (CI installs them).
+Molecule scenarios). Ports 18240-18249 only (the metrics frontend's own test: free ports). Skipped when
+haproxy or openssl is absent (CI installs them).
 """
 import http.client
 import json
@@ -202,19 +202,42 @@ def test_gateway_routes_checks_keys_limits_and_survives_a_dead_server(gateway):
         assert secret not in text
 
 
-def test_the_metrics_frontend_serves_haproxy_exporter_on_loopback(gateway):
-    """The frontend role monitoring's agent scrapes: HAProxy's own Prometheus exporter, /metrics only."""
-    cfg = open(gateway["cfg"]).read()
-    assert "bind 127.0.0.1:%d" % METRICS_PORT in cfg
-    conn = http.client.HTTPConnection("127.0.0.1", METRICS_PORT, timeout=10)
-    conn.request("GET", "/metrics")
-    resp = conn.getresponse()
-    text = resp.read().decode()
-    assert resp.status == 200 and 'haproxy_backend_active_servers{proxy="be_qwen"} 2' in text
-    conn.request("GET", "/v1/models")
-    resp = conn.getresponse()
-    assert (resp.status, resp.read()) == (404, b"not found")
-    conn.close()
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_metrics_frontend_serves_haproxy_exporter_on_loopback(tmp_path):
+    """The frontend role monitoring's agent scrapes: HAProxy's own Prometheus exporter, /metrics only. Its own
+    HAProxy on free ports (the backends need not answer), so that it never meets the fixture's ports."""
+    metrics_port = free_port()
+    _, cfg = render(tmp_path, gateway_tls=False, gateway_port=free_port(), gateway_metrics_port=metrics_port)
+    assert "bind 127.0.0.1:%d" % metrics_port in open(cfg).read()
+    log = tmp_path / "haproxy.log"
+    proxy = subprocess.Popen(["haproxy", "-db", "-f", cfg], stdout=open(str(log), "w"),
+                             stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proxy.poll() is None, log.read_text()
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=10)
+                conn.request("GET", "/metrics")
+                resp = conn.getresponse()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+        text = resp.read().decode()
+        assert resp.status == 200 and 'haproxy_backend_active_servers{proxy="be_qwen"}' in text, text[-500:]
+        conn.request("GET", "/v1/models")
+        resp = conn.getresponse()
+        assert (resp.status, resp.read()) == (404, b"not found")
+        conn.close()
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
 
 
 def test_no_metrics_frontend_without_the_exporter_or_a_port(tmp_path):
