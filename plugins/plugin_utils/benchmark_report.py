@@ -380,13 +380,13 @@ def html_report(report):
     for name in sorted(report.get("instances") or {}):
         described = report["instances"][name]
         summary = (described.get("result") or {}).get("summary") or {}
+        model, served = _html(described.get("model") or "-"), _html(described.get("served_model_name"))
+        settings = _html(json.dumps(described.get("settings") or {}, sort_keys=True))
         out += ["<h2>Instance %s (%s)</h2>" % (_html(name), _html(described.get("engine") or "-")), "<ul>",
-                "<li>model: %s (served as <code>%s</code>)</li>" % (_html(described.get("model") or "-"),
-                                                                     _html(described.get("served_model_name"))),
+                "<li>model: %s (served as <code>%s</code>)</li>" % (model, served),
                 "<li>model sha256: <code>%s</code></li>" % _html(described.get("model_sha256") or "-"),
                 "<li>build id: <code>%s</code></li>" % _html(described.get("build_id") or "-"),
-                "<li>settings: <code>%s</code></li>" % _html(json.dumps(described.get("settings") or {},
-                                                                         sort_keys=True)),
+                "<li>settings: <code>%s</code></li>" % settings,
                 "<li>summary: decode %s tok/s, TTFT %s s, prefill %s tok/s, server decode %s tok/s, "
                 "acceptance %s</li>" % tuple(_html(v) for v in (
                     _fmt(summary.get("decode_tps")), _fmt(_ttft(summary.get("ttft_s")), 3),

@@ -269,8 +269,8 @@ def server_config(options):
                    "evaluation_interval": _duration(opts.get("evaluation_interval") or "15s",
                                                     "monitoring_server_evaluation_interval")},
         "rule_files": [posixpath.join(opts.get("rules_dir") or "/etc/prometheus/llmops-rules", "*.yml")],
-        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [opts.get("alertmanager")
-                                                                         or "127.0.0.1:9093"]}]}]},
+        "alerting": {"alertmanagers": [{"static_configs": [
+            {"targets": [opts.get("alertmanager") or "127.0.0.1:9093"]}]}]},
         "scrape_configs": [],
     }
     prometheus = {"job_name": "llmops_prometheus",
@@ -319,4 +319,3 @@ def alertmanager_config(options):
              "equal": ["node", "llm_instance"]},
         ],
     }
-

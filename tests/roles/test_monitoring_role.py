@@ -158,16 +158,14 @@ def test_units_listen_on_loopback_and_carry_no_secret(tmp_path):
     assert "User=prometheus" in agent and SECRET not in agent
     collector = exec_start(render(templar, NODE_ROLE, "llmops-gpu-metrics.service.j2"))
     assert collector == (
-        "ExecStart=/usr/local/bin/llmops-gpu-metrics --output "
+        "ExecStart=/usr/bin/python3 /usr/local/lib/llmops-monitoring/llmops_gpu_metrics.py --output "
         "/var/lib/llmops-monitoring/textfile/llmops_gpu.prom --state "
         "/var/lib/llmops-monitoring/gpu-collector.json --kmsg /dev/kmsg --timeout 10"
     )
     assert "OnUnitActiveSec=15s" in render(templar, NODE_ROLE, "llmops-gpu-metrics.timer.j2")
-    entry = render(templar, NODE_ROLE, "llmops-gpu-metrics.j2")
-    assert (
-        entry.startswith("#!/usr/bin/python3\n")
-        and 'sys.path.insert(0, "/usr/local/lib/llmops-monitoring")' in entry
-    )
+    entry = render(templar, NODE_ROLE, "llmops_gpu_metrics.py.j2")
+    assert 'sys.path.insert(0, "/usr/local/lib/llmops-monitoring")' in entry
+    compile(entry, "llmops_gpu_metrics.py", "exec")
 
 
 def test_the_dcgm_exporter_image_comes_through_the_mirror_pinned_by_digest(tmp_path):
