@@ -17,6 +17,7 @@
     {{ report | llmops.serving.benchmark_json }}                          -> the JSON the node keeps
     {{ report | llmops.serving.benchmark_report_files(host, dir) }}      -> [{name, content}] to write
     {{ item.content | llmops.serving.benchmark_text }}                    -> the text, kept a text
+    {{ report | llmops.serving.benchmark_html }}                          -> one HTML page, the chart inline
     {{ report | llmops.serving.benchmark_gate(min_decode_tps=45, max_ttft_s={'qwen': 2}) }}
                                                                           -> {failed, messages}
 """
@@ -72,6 +73,7 @@ class FilterModule(object):
             "benchmark_markdown": _wrap(benchmark_report.markdown_report),
             "benchmark_table": _wrap(benchmark_report.markdown_table),
             "benchmark_svg": _wrap(benchmark_report.svg_chart),
+            "benchmark_html": _wrap(benchmark_report.html_report),
             "benchmark_gate": _wrap(benchmark_report.gate),
             "benchmark_json": _wrap(benchmark_json),
             "benchmark_report_files": _wrap(benchmark_report.report_files),

@@ -9,7 +9,8 @@
     measure_plan(targets, llmops_instances, last, deployments=, force=) -> [{name, measure, reason, ...}]
     plan_messages(plan)                             -> what validate does with each instance, and why
     build_report(host, llmops_instances, results, last=...) -> the JSON report (one host)
-    markdown_report(report) / markdown_table(report) / svg_chart(report)  -> text
+    markdown_report(report) / markdown_table(report) / svg_chart(report) / html_report(report)
+                                                    -> text
     report_json(report) / report_files(report, host, dir) -> the texts the node and the controller keep
     gate(report, min_decode_tps=..., max_ttft_s=..., fail_on_errors=True) -> {"failed", "messages"}
 
@@ -419,11 +420,11 @@ def report_json(report):
 
 
 def report_files(report, host, directory=None):
-    """[{name, content}]: <host>.json, .md (linking the chart) and .svg of the report; with `directory` (the
-    controller's report directory), only those missing there or different, so that a run which measured
-    nothing rewrites nothing (an equal file is left alone, its time too)."""
+    """[{name, content}]: <host>.json, .md (linking the chart), .svg and .html (one page, the chart inline) of
+    the report; with `directory` (the controller's report directory), only those missing there or different,
+    so that a run which measured nothing rewrites nothing (an equal file is left alone, its time too)."""
     renderings = (("json", report_json), ("md", lambda r: markdown_report(r, chart_file="%s.svg" % host)),
-                  ("svg", svg_chart))
+                  ("svg", svg_chart), ("html", html_report))
     if directory is None:
         return [{"name": "%s.%s" % (host, ext), "content": render(report)} for ext, render in renderings]
     json_text = report_json(report)
@@ -483,6 +484,10 @@ def _threshold(setting, name, variable):
         raise BenchmarkReportError("%s: %r (instance %s) is not a number" % (variable, value, name)) from None
 
 
+# Public: role monitoring_server reads the same thresholds for its alert rules (plugin_utils/monitoring.py).
+threshold = _threshold
+
+
 def gate(report, min_decode_tps=None, max_ttft_s=None, fail_on_errors=True, names=None):
     """{"failed": bool, "messages": [...]}: one message per threshold missed or instance with errors.
 
@@ -510,3 +515,65 @@ def gate(report, min_decode_tps=None, max_ttft_s=None, fail_on_errors=True, name
         if fail_on_errors:
             messages += ["instance %s: %s" % (name, p) for p in instance_errors(described)]
     return {"failed": bool(messages), "messages": messages}
+
+
+# --- the HTML page -----------------------------------------------------------------------------------------
+
+HTML_STYLE = (
+    "body{font-family:sans-serif;margin:2em auto;max-width:1100px;color:#222}"
+    "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}"
+    "th,td{border:1px solid #ccc;padding:3px 6px;text-align:right}th{background:#f3f3f3}"
+    "td:first-child,th:first-child{text-align:left}code{font-size:12px}.errors{color:#b00}"
+)
+
+
+def _html(value):
+    import html
+
+    return html.escape(str(value), quote=True)
+
+
+def _html_table(header, rows):
+    out = ["<table>", "<tr>" + "".join("<th>%s</th>" % _html(h) for h in header) + "</tr>"]
+    out += ["<tr>" + "".join("<td>%s</td>" % _html(c) for c in row) + "</tr>" for row in rows]
+    return out + ["</table>"]
+
+
+def html_report(report):
+    """The report of one host as one self-contained HTML page (the SVG chart inline, no external file or
+    script): what markdown_report says, for a browser."""
+    bench = report.get("benchmark") or {}
+    host = report.get("host")
+    chart = svg_chart(report).split("?>", 1)[-1].strip()      # inline: no XML declaration inside HTML
+    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           "<title>Benchmark of %s</title>" % _html(host), "<style>%s</style>" % HTML_STYLE, "</head>",
+           "<body>", "<h1>Benchmark of %s</h1>" % _html(host),
+           "<p>Measured %s with llmops.serving.llm_benchmark: %s warm-up request(s), then the runs below "
+           "(unique prompts, streamed). Client figures are measured by the benchmark, server figures are the "
+           "engine's own timings or metrics.</p>" % (_html(report.get("timestamp") or "-"),
+                                                     _html(bench.get("warmup_requests", "-"))),
+           '<figure id="chart">', chart, "<figcaption>decode tok/s (all streams) and mean time to first "
+           "token, by concurrency</figcaption>", "</figure>"]
+    for name in sorted(report.get("instances") or {}):
+        described = report["instances"][name]
+        summary = (described.get("result") or {}).get("summary") or {}
+        model, served = _html(described.get("model") or "-"), _html(described.get("served_model_name"))
+        settings = _html(json.dumps(described.get("settings") or {}, sort_keys=True))
+        out += ["<h2>Instance %s (%s)</h2>" % (_html(name), _html(described.get("engine") or "-")), "<ul>",
+                "<li>model: %s (served as <code>%s</code>)</li>" % (model, served),
+                "<li>model sha256: <code>%s</code></li>" % _html(described.get("model_sha256") or "-"),
+                "<li>build id: <code>%s</code></li>" % _html(described.get("build_id") or "-"),
+                "<li>settings: <code>%s</code></li>" % settings,
+                "<li>summary: decode %s tok/s, TTFT %s s, prefill %s tok/s, server decode %s tok/s, "
+                "acceptance %s</li>" % tuple(_html(v) for v in (
+                    _fmt(summary.get("decode_tps")), _fmt(_ttft(summary.get("ttft_s")), 3),
+                    _fmt(summary.get("prefill_tps")), _fmt(summary.get("server_decode_tps")),
+                    _percent(summary.get("draft_acceptance")))),
+                "</ul>"]
+        rows = [_run_cells(index, run) for index, run in enumerate(_runs(described), 1)]
+        out += _html_table(TABLE_COLUMNS, rows)
+        problems = instance_errors(described)
+        if problems:
+            out += ['<ul class="errors">'] + ["<li>%s</li>" % _html(p) for p in problems] + ["</ul>"]
+    out += ["</body>", "</html>"]
+    return "\n".join(out) + "\n"

@@ -8,6 +8,7 @@ instance (node address 127.0.0.1, as in the Molecule scenarios), or the streamin
 (tests/fixtures/stream_double.py) that records when it wrote each chunk and every request it received.
 Free loopback ports only. Skipped when haproxy or openssl is absent (CI installs them).
 """
+import http.client
 import json
 import shutil
 import socket
@@ -118,6 +119,47 @@ def test_gateway_routes_checks_keys_and_survives_a_dead_server(vllm_gateway):
     assert 'key="alice"' in text and " 401 " in text
     for secret in (ALICE, BOB, BACKEND_KEY, "sk-unknown"):
         assert secret not in text
+
+
+def test_the_metrics_frontend_serves_haproxy_exporter_on_loopback(tmp_path):
+    """The frontend role monitoring's agent scrapes: HAProxy's own Prometheus exporter, /metrics only. Its own
+    HAProxy on free ports (the backends need not answer), so that it never meets the fixture's ports."""
+    metrics_port = free_port()
+    nodes = {"n1": node_vars({"qwen": ("qwen", free_port(), "vllm")})}
+    cfg = render(tmp_path, nodes, gateway_tls=False, gateway_metrics_port=metrics_port)
+    assert "bind 127.0.0.1:%d" % metrics_port in open(cfg).read()
+    log = tmp_path / "haproxy.log"
+    proxy = subprocess.Popen(["haproxy", "-db", "-f", cfg], stdout=open(str(log), "w"),
+                             stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proxy.poll() is None, log.read_text()
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=10)
+                conn.request("GET", "/metrics")
+                resp = conn.getresponse()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+        text = resp.read().decode()
+        assert resp.status == 200 and 'haproxy_backend_active_servers{proxy="be_qwen"}' in text, text[-500:]
+        conn.request("GET", "/v1/models")
+        resp = conn.getresponse()
+        assert (resp.status, resp.read()) == (404, b"not found")
+        conn.close()
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+
+
+def test_no_metrics_frontend_without_the_exporter_or_a_port(tmp_path):
+    without = {"_gateway_haproxy_vv": {"stdout": "Available services : none"}}
+    nodes = {"n1": node_vars({"qwen": ("qwen", free_port(), "vllm")})}
+    for extra in ({"gateway_metrics_port": 0}, without):
+        cfg = render(tmp_path, nodes, gateway_tls=False, **extra)
+        assert "prometheus-exporter" not in open(cfg).read()
 
 
 def test_maps_hold_no_plaintext_key_and_config_validates(tmp_path):

@@ -123,9 +123,58 @@ def test_chat_completion_is_deterministic_and_counted_in_metrics(serve):
     assert first["choices"][0]["message"]["content"] == "Hello from fake vLLM."
     assert first["usage"]["prompt_tokens"] == 2
     metrics = request(port, "GET", "/metrics")[1].decode()
-    assert 'vllm:request_success_total{engine="0",model_name="qwen-local"} 2' in metrics
+    labels = 'engine="0",model_name="qwen-local"'
+    assert 'vllm:request_success_total{%s,finished_reason="stop"} 2' % labels in metrics
+    assert 'vllm:time_to_first_token_seconds_count{engine="0",model_name="qwen-local"} 2' in metrics
+    assert "vllm:spec_decode" not in metrics     # registered only with a speculative config, as in vLLM
     unknown = dict(body, model="other")
     assert request(port, "POST", "/v1/chat/completions", unknown, key=KEY)[0] == 404
+
+
+def _samples(text):
+    """{(name, labels): value} of Prometheus text."""
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            name, _, labels = series.partition("{")
+            samples[(name, labels.rstrip("}"))] = float(value)
+    return samples
+
+
+def test_metrics_have_the_names_kinds_and_labels_of_the_pinned_vllm(serve):
+    """Every family the fake exposes is one the pinned wheel defines, of the same kind, with vLLM's labels
+    (model_name, engine); a streamed request moves the token counters, TTFT, ITL and the speculative
+    decoding counters."""
+    from tests.fixtures.vllm import vllm_metrics
+
+    try:
+        defined = vllm_metrics.wheel_metrics()
+    except vllm_cli.WheelUnavailable as exc:
+        pytest.skip(str(exc))
+    port, _ = serve("--served-model-name", "q", "--speculative-config",
+                    '{"method": "mtp", "num_speculative_tokens": 3}')
+    body = {"model": "q", "stream": True, "max_tokens": 16, "ignore_eos": True,
+            "messages": [{"role": "user", "content": "one two three"}]}
+    assert request(port, "POST", "/v1/chat/completions", body)[0] == 200
+    text = request(port, "GET", "/metrics")[1].decode()
+    kinds = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE"))
+    for family, kind in kinds.items():
+        base = family[:-len("_total")] if kind == "counter" else family
+        assert defined.get(base) == kind or defined.get(family) == kind, (family, kind)
+    exposed = vllm_metrics.exposed_names(defined)
+    samples = _samples(text)
+    assert {name for name, _labels in samples} <= exposed
+    assert all('engine="0",model_name="q"' in labels for _name, labels in samples)
+    value = dict((name, v) for (name, labels), v in samples.items() if "le=" not in labels
+                 and "position=" not in labels and "finished_reason" not in labels)
+    assert value["vllm:generation_tokens_total"] == 16 and value["vllm:prompt_tokens_total"] == 3
+    assert value["vllm:time_to_first_token_seconds_count"] == 1
+    assert value["vllm:inter_token_latency_seconds_count"] == 15
+    accepted = value["vllm:spec_decode_num_accepted_tokens_total"]
+    assert 0 < accepted <= value["vllm:spec_decode_num_draft_tokens_total"]
+    per_pos = [v for (name, labels), v in samples.items() if "position=" in labels]
+    assert len(per_pos) == 3 and sum(per_pos) == value["vllm:spec_decode_num_accepted_tokens_total"]
 
 
 def test_chat_completion_streams_server_sent_events(serve):

@@ -268,9 +268,10 @@ def test_gate_refuses_a_threshold_that_is_not_a_number():
 def test_filters_wrap_the_functions_and_raise_filter_errors():
     filters = FilterModule().filters()
     assert set(filters) == {"benchmark_targets", "benchmark_unknown_instances", "benchmark_report",
-                            "benchmark_markdown", "benchmark_table", "benchmark_svg", "benchmark_gate",
-                            "benchmark_last_report", "benchmark_plan", "benchmark_plan_messages",
-                            "benchmark_json", "benchmark_report_files", "benchmark_text"}
+                            "benchmark_markdown", "benchmark_table", "benchmark_svg", "benchmark_html",
+                            "benchmark_gate", "benchmark_last_report", "benchmark_plan",
+                            "benchmark_plan_messages", "benchmark_json", "benchmark_report_files",
+                            "benchmark_text"}
     rep = filters["benchmark_report"]({"qwen36-27b": LLAMA_RESULT}, host="l20", instances=INSTANCES,
                                       runs=RUNS, warmup_requests=2, timestamp="t")
     assert rep["instances"]["qwen36-27b"]["result"]["summary"]["decode_tps"] == 87.55
@@ -310,16 +311,17 @@ def reread(rep):
 def test_the_files_render_the_same_report_the_same_way():
     rep = measured()
     files = br.report_files(rep, "l20")
-    assert [f["name"] for f in files] == ["l20.json", "l20.md", "l20.svg"]
+    assert [f["name"] for f in files] == ["l20.json", "l20.md", "l20.svg", "l20.html"]
     assert files[0]["content"] == br.report_json(reread(rep)) and files[0]["content"].endswith("}\n")
     assert "![decode tok/s and TTFT by concurrency](l20.svg)" in files[1]["content"]
     ET.fromstring(files[2]["content"].split("\n", 1)[1])
+    assert files[3]["content"] == br.html_report(rep)
 
 
 def test_only_the_files_missing_or_different_on_the_controller_are_written(tmp_path):
     rep = measured()
     names = [f["name"] for f in br.report_files(rep, "l20", str(tmp_path))]
-    assert names == ["l20.json", "l20.md", "l20.svg"]
+    assert names == ["l20.json", "l20.md", "l20.svg", "l20.html"]
     for item in br.report_files(rep, "l20"):
         (tmp_path / item["name"]).write_text(item["content"])
     assert br.report_files(rep, "l20", str(tmp_path)) == []
