@@ -57,13 +57,15 @@ def _pytest(session, name, *args):
 
 @nox.session
 def lint(session):
-    """yamllint, ansible-lint (production profile), ruff, antsibull-changelog lint, and Python 3.6
-    compatibility (vermin) of everything that runs on managed nodes (CentOS 7's python3 is 3.6)."""
+    """yamllint, ansible-lint (production profile), ruff, antsibull-changelog lint, antsibull-docs lint
+    (module and role docs), and Python 3.6 compatibility (vermin) of everything that runs on managed nodes
+    (CentOS 7's python3 is 3.6)."""
     session.run("yamllint", "-s", ".")
     session.run("ansible-lint", "--profile", "production")
     session.run("ruff", "check", ".")
     # The changelog fragments and changelogs/changelog.yaml, as the community collections check them.
     session.run("antsibull-changelog", "lint")
+    session.run("python", "tools/ci/docs_lint.py")  # antsibull-docs: module and role docs, their references
     session.run("vermin", "-t=3.6-", "--no-tips", "--violations", "--eval-annotations",
                 "--exclude-regex", "__pycache__", "plugins/modules", "plugins/module_utils")
 
@@ -122,6 +124,20 @@ def molecule(session):
         session.log("molecule test -s %s" % scenario)
         session.run("molecule", "test", "-s", scenario)
         _record("molecule-" + scenario, 1)
+
+
+@nox.session
+def docs(session):
+    """The collection's doc site as on Ansible's own (antsibull-docs + Sphinx), in
+    .cache/docsite/build/build/html; not one of the CI sessions."""
+    dest = os.path.join(CACHE, "docsite", "build")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.makedirs(dest)
+    os.chmod(dest, 0o755)  # antsibull-docs refuses a destination that others may write to
+    session.env["ANSIBLE_COLLECTIONS_PATH"] = os.path.join(ROOT, "collections")
+    session.run("antsibull-docs", "sphinx-init", "--use-current", "--squash-hierarchy", "--lenient",
+                "--sphinx-theme", "alabaster", "--dest-dir", dest, "llmops.serving")
+    session.run("bash", os.path.join(dest, "build.sh"), external=True)
 
 
 @nox.session

@@ -18,7 +18,7 @@ description:
     platform. The build id is the first 16 hex digits of the sha256 of the canonical JSON of that identity.
   - Reads the manifests under O(install_root)/builds and reports whether this exact identity is installed,
     which build C(current) and C(previous) point at, and which builds a new install would prune.
-  - Changes nothing on the node; used by the role M(llmops.serving.llama_cpp) to decide whether to build.
+  - Changes nothing on the node; used by the role C(llmops.serving.llama_cpp) to decide whether to build.
 version_added: "0.1.0"
 author:
   - llmops.serving developers (@llmops)

@@ -3,8 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Every pull of the L20 path through the one mirrors file: Docker's registry-mirrors reach the merged
 daemon.json, the CUDA bases are pinned by digest, the builder's apt-get takes an Ubuntu mirror, no pip step
-remains (nothing on the node uses the Docker SDK), the driver's failure names every EPEL package it needs, and
-docs/mirrors.md lists the whole path."""
+remains (nothing on the node uses the Docker SDK), and the driver's failure names every EPEL package it
+needs."""
 
 import base64
 import glob
@@ -19,7 +19,6 @@ from tests.roles.test_nvidia_driver import EL7_FACTS, RoleRenderer, flat_tasks
 
 INVENTORY = os.path.join(ROOT, "inventories", "l20", "group_vars", "l20")
 MIRRORS = os.path.join(INVENTORY, "mirrors.yml")
-DOC = os.path.join(ROOT, "docs", "mirrors.md")
 # What the CUDA 12.4.1 devel image (Ubuntu 22.04) has in /etc/apt/sources.list (comments left out).
 JAMMY_SOURCES = """deb http://archive.ubuntu.com/ubuntu/ jammy main restricted
 deb http://archive.ubuntu.com/ubuntu/ jammy-updates main restricted
@@ -98,15 +97,3 @@ def test_the_driver_failure_names_every_epel_package():
     msg = " ".join(r.expr(block["rescue"][0]["ansible.builtin.fail"]["msg"]).split())
     assert "needs these EPEL 7 packages: dkms, ocl-icd, opencl-filesystem" in msg
     assert "llmops_mirrors.epel_archive" in msg
-
-
-def test_the_mirrors_doc_lists_the_whole_l20_path():
-    with open(DOC, encoding="utf-8") as handle:
-        doc = handle.read()
-    path = doc.split("## The L20 path, every pull", 1)[1]
-    for key in ("centos_vault", "epel_archive", "nvidia_cuda", "docker_ce", "libnvidia_container",
-                "docker_hub_mirrors", "registry", "ubuntu_apt", "llama_cpp_git", "hf"):
-        assert "`%s`" % key in path, key
-    for package in ("dkms", "ocl-icd", "opencl-filesystem"):
-        assert package in path
-    assert "no mirror variable" not in doc

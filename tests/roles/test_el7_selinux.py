@@ -192,9 +192,3 @@ def test_el7_semanage_failure_names_container_selinux():
     msg = " ".join(r.expr(fail["ansible.builtin.fail"]["msg"]).split())
     assert "Type container_file_t is invalid" in msg and "container-selinux" in msg
     assert "model_selinux_setype" in msg
-
-
-def test_readme_says_why_the_label_exists():
-    with open(os.path.join(ROOT, "roles", "model", "README.md")) as fh:
-        text = " ".join(fh.read().split())
-    assert "container_file_t" in text and "EACCES" in text and "unconfined" in text

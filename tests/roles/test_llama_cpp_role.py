@@ -494,14 +494,6 @@ def test_a_failed_pull_says_what_to_do_when_the_tag_is_gone():
     assert expr(defaults_vars(_llama_cpp_base_pull={"results": []}), "{{ %s }}" % fail["when"]) is False
 
 
-def test_no_claim_that_el7_docker_lacks_buildkit():
-    # docker-ce-cli 26.1.x for el7 requires docker-buildx-plugin: `docker build` is BuildKit there too.
-    for rel in ("templates/Dockerfile.j2", "README.md", "defaults/main.yml"):
-        with open(os.path.join(ROLE, rel)) as handle:
-            text = " ".join(handle.read().split())
-        assert "lacks buildx" not in text and "often has no buildx" not in text, rel
-
-
 def test_l20_inventory_shows_where_to_pin_the_cuda_images():
     with open(os.path.join(ROOT, "inventories", "l20", "group_vars", "l20", "main.yml")) as handle:
         text = handle.read()
