@@ -211,8 +211,10 @@ def table(results, t0, phases=(), logs=LOGS):
     return "\n".join(lines)
 
 
-def run(jobs, capacity, env=None, out=sys.stdout):
-    """Runs the jobs; returns {job: (start, stop, result)}."""
+def run(jobs, capacity, env=None, out=sys.stdout, fail_fast=False):
+    """Runs the jobs; returns {job: (start, stop, result)}. After a failure the jobs that do not need the
+    failed one still run (one CI log shows every failure, not only the first), unless fail_fast; a job that
+    needs a failed job never starts."""
     os.makedirs(LOGS, exist_ok=True)
     history = load_history()
     priority = critical_paths(jobs, history)
@@ -226,7 +228,7 @@ def run(jobs, capacity, env=None, out=sys.stdout):
 
     try:
         while pending or running:
-            if not failed:
+            if not (failed and fail_fast):
                 weight = sum(job.weight for job, _, _, _ in running.values())
                 for job in next_jobs(pending, passed, weight, capacity, priority):
                     pending.remove(job)
@@ -238,7 +240,7 @@ def run(jobs, capacity, env=None, out=sys.stdout):
                     pump.start()
                     running[job.name] = (job, process, started, pump)
                     say("start %s (%s)" % (job.name, " ".join(job.argv)))
-            elif not running:
+            if not running and not (pending and not failed):
                 break
             time.sleep(1)
             for name, (_, process, started, pump) in list(running.items()):
@@ -282,8 +284,9 @@ def main(argv):
         return 0
     jobs = select(JOBS, argv)
     capacity = int(os.environ.get("LLMOPS_CI_CAPACITY", "3"))
+    fail_fast = os.environ.get("LLMOPS_CI_FAIL_FAST", "") not in ("", "0")
     t0 = time.time()
-    results = run(jobs, capacity)
+    results = run(jobs, capacity, fail_fast=fail_fast)
     print(table(results, t0, read_phases()))
     failed = [name for name, (_, _, result) in results.items() if result != "passed"]
     not_run = [job.name for job in jobs if job.name not in results]

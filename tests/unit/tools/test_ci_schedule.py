@@ -77,3 +77,33 @@ def test_jobs_run_side_by_side_and_a_failure_stops_new_starts(tmp_path, monkeypa
     assert "[00:00] green" in (tmp_path / "logs" / "ok.log").read_text()
     table = schedule.table(results, min(r[0] for r in results.values()))
     assert "FAILED (exit 3)" in table and "total" in table
+
+
+def _quiet_history(tmp_path, monkeypatch):
+    monkeypatch.setattr(schedule, "LOGS", str(tmp_path / "logs"))
+    monkeypatch.setattr(schedule, "load_history", lambda path=None: {})
+    monkeypatch.setattr(schedule, "save_history", lambda d, path=None: None)
+
+
+def test_after_a_failure_the_independent_jobs_still_run(tmp_path, monkeypatch):
+    # One job at a time, the failing one first (longest estimate): the independent job still runs after it
+    # (one CI log shows every failure), the job that needs it does not.
+    _quiet_history(tmp_path, monkeypatch)
+    bad = schedule.Job("bad", [sys.executable, "-c", "import sys; sys.exit(3)"], estimate=999)
+    ok = schedule.Job("ok", [sys.executable, "-c", "pass"], estimate=1)
+    later = schedule.Job("later", [sys.executable, "-c", "pass"], needs=("bad",), estimate=1)
+    out = io.StringIO()
+    results = schedule.run([bad, ok, later], capacity=1, out=out)
+    assert results["bad"][2] == "FAILED (exit 3)" and results["ok"][2] == "passed"
+    assert "later" not in results
+    assert "not started after the failure of bad: later" in out.getvalue()
+
+
+def test_fail_fast_starts_nothing_after_a_failure(tmp_path, monkeypatch):
+    _quiet_history(tmp_path, monkeypatch)
+    bad = schedule.Job("bad", [sys.executable, "-c", "import sys; sys.exit(3)"], estimate=999)
+    ok = schedule.Job("ok", [sys.executable, "-c", "pass"], estimate=1)
+    out = io.StringIO()
+    results = schedule.run([bad, ok], capacity=1, out=out, fail_fast=True)
+    assert "ok" not in results
+    assert "not started after the failure of bad: ok" in out.getvalue()
