@@ -176,13 +176,20 @@ def inventory_group_vars():
     return found
 
 
+def with_opt_ins(variables):
+    """The file's variables with every `*_enabled` switch on: an inventory adds its opt-in instances and
+    models by expression (inventories/l20's vLLM instance), and AWX offers every one it can serve."""
+    switches = {k: True for k, v in variables.items() if k.endswith("_enabled") and isinstance(v, bool)}
+    return dict(variables, **switches)
+
+
 def inventory_instance_names():
-    """Names of the serving instances of the imported inventory, each name rendered with its own file's
-    variables (names are often `{{ site_name }}` variables)."""
+    """Names of the serving instances the imported inventory can serve (opt-ins on), each rendered with its
+    own file's variables (names are often `{{ site_name }}` variables; the list may be an expression)."""
     names = []
     for variables in inventory_group_vars().values():
-        templar = Templar(loader=_loader(), variables=variables)
-        instances = variables.get("serving_instances", [])
+        templar = Templar(loader=_loader(), variables=with_opt_ins(variables))
+        instances = templar.template(variables.get("serving_instances", []))
         names.extend(templar.template(instance["name"]) for instance in instances)
     return names
 
