@@ -29,6 +29,7 @@ from __future__ import absolute_import, division, print_function
 import json
 from collections import OrderedDict
 
+from ansible_collections.llmops.serving.plugins.module_utils.gpu_names import gpu_key
 from ansible_collections.llmops.serving.plugins.module_utils.llama_cpp_spec import draft_cache_settings
 from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import (
     ONOFF,
@@ -37,7 +38,6 @@ from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import (
     without_none,
 )
 from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import entry as _f
-from ansible_collections.llmops.serving.plugins.plugin_utils.gpu_assignment import gpu_key
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
 
 __metaclass__ = type
