@@ -9,8 +9,8 @@ llama-memory-recurrent.cpp, llama-context.cpp, llama-model.cpp, common/speculati
 names what it mirrors. The model is gguf_info's summary (plugins/module_utils/gguf.py summarize()). The
 draft context's cache types are the command line's (llama_cpp_spec.py, shared with the flag table).
 
-An engine of memory_plan.ENGINES (see memory_plan.py for what an engine provides). Plain Python 3.6, standard
-library only, importable without Ansible.
+The llama.cpp entry of memory_plan.ENGINES (memory_plan.py lists what an engine module provides).
+Plain Python 3.6, standard library only, importable without Ansible.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -8,8 +8,8 @@ The model is vllm_model_summary(model_dir) (HF config.json + safetensors sizes);
 profiling: weights + activation peak + KV blocks under gpu_memory_utilization, on one node or on a Ray
 cluster.
 
-An engine of memory_plan.ENGINES (see memory_plan.py for what an engine provides). Plain Python 3.6, standard
-library only, importable without Ansible.
+Registered in memory_plan.ENGINES as vllm. Plain Python 3.6, standard library only, importable without
+Ansible.
 """
 
 from __future__ import absolute_import, division, print_function
