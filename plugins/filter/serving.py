@@ -18,6 +18,7 @@ spellings systemd.py and container.py.
     {{ systemd_version | llmops.serving.serving_restart_policy(restart_sec=10, restart='always') }}
     {{ query('ansible.builtin.varnames', '^llama_server_') | llmops.serving.serving_renamed_variables }}
     {{ 'systemd 219 (219)' | llmops.serving.systemd_version }}
+    {{ pid1_status_and_limits | llmops.serving.serving_memlock_limit(serving_memlock_limit) }}
 """
 from __future__ import absolute_import, division, print_function
 
@@ -136,4 +137,5 @@ class FilterModule(object):
             "serving_renamed_variables": _wrap(serving_renamed_variables),
             "systemd_version": _wrap(systemd_version),
             "systemd_quote": _wrap(systemd_quote),
+            "serving_memlock_limit": _wrap(systemd.memlock_limit),
         }

@@ -22,8 +22,7 @@ import re
 import struct
 import sys
 
-from ansible_collections.llmops.serving.plugins.module_utils.model_sidecar import recorded_sha256
-from ansible_collections.llmops.serving.plugins.module_utils.safe_files import hash_file
+from ansible_collections.llmops.serving.plugins.module_utils.chat_template import chat_template_risks
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -674,97 +673,6 @@ def layer_layout(kv, arch, block_count, nextn):
     return kinds + ["nextn"] * (block_count - trunk), source
 
 
-CHAT_TEMPLATE_RISKS = (
-    ("__globals__", re.compile(r"__globals__")),
-    ("__class__", re.compile(r"__class__")),
-    ("__subclasses__", re.compile(r"__subclasses__")),
-    ("__builtins__", re.compile(r"__builtins__")),
-    ("__import__", re.compile(r"__import__")),
-    ("__mro__", re.compile(r"__mro__|__bases?__")),
-    ("__init__", re.compile(r"__init__")),
-    ("import", re.compile(r"(?<![A-Za-z0-9_])import(?![A-Za-z0-9_])")),
-    ("os.", re.compile(r"(?<![A-Za-z0-9_])os\s*\.\s*[A-Za-z_]")),
-    ("popen", re.compile(r"popen", re.I)),
-    ("subprocess", re.compile(r"subprocess")),
-    ("eval/exec", re.compile(r"(?<![A-Za-z0-9_])(?:eval|exec|compile)\s*\(")),
-    ("open(", re.compile(r"(?<![A-Za-z0-9_.])open\s*\(")),
-)
-_QUOTE_OR_ESCAPE = re.compile(r"['\"\\]")
-
-
-def _strip_string_literals(code):
-    """code with the contents of '...' and "..." literals removed; linear time, tolerant of bad quoting."""
-    out = []
-    start = 0
-    quote = None
-    escaped_until = -1
-    for m in _QUOTE_OR_ESCAPE.finditer(code):
-        pos = m.start()
-        if pos < escaped_until:
-            continue
-        ch = m.group()
-        if quote is None:
-            if ch != "\\":
-                out.append(code[start:pos])
-                quote = ch
-        elif ch == "\\":
-            escaped_until = pos + 2
-        elif ch == quote:
-            out.append("''")
-            quote = None
-            start = pos + 1
-    if quote is None:
-        out.append(code[start:])
-    return "".join(out)
-
-
-def _jinja_code(template):
-    """The insides of {{ }} and {% %} blocks, joined; linear time (an unclosed block runs to the end)."""
-    parts = []
-    i = 0
-    n = len(template)
-    next_expr = template.find("{{")
-    next_stmt = template.find("{%")
-    while True:
-        if 0 <= next_expr < i:
-            next_expr = template.find("{{", i)
-        if 0 <= next_stmt < i:
-            next_stmt = template.find("{%", i)
-        starts = [p for p in (next_expr, next_stmt) if p >= 0]
-        if not starts:
-            break
-        j = min(starts)
-        k = template.find("}}" if template[j + 1] == "{" else "%}", j + 2)
-        k = n if k < 0 else k
-        parts.append(template[j + 2:k])
-        i = k + 2
-        if i >= n:
-            break
-    return "\n".join(parts)
-
-
-# Flagged anywhere in the template (also inside string literals: `x|attr('__globals__')`).
-_ANYWHERE = ("__globals__", "__class__", "__subclasses__", "__builtins__", "__import__", "__mro__",
-             "__init__", "popen", "subprocess")
-
-
-def chat_template_risks(template):
-    """Risky constructs in a chat template (sandbox-escape attribute walks, imports, shell access).
-
-    Dunder attribute walks, popen and subprocess are flagged anywhere (names can be built from strings);
-    `import`, `os.`, eval/exec and open( only in {{ }} / {% %} code outside string literals, so that prose
-    in a system prompt ("import the data...") does not count."""
-    if not template:
-        return []
-    code = _strip_string_literals(_jinja_code(template))
-    found = []
-    for name, pattern in CHAT_TEMPLATE_RISKS:
-        haystack = template if name in _ANYWHERE else code
-        if pattern.search(haystack):
-            found.append(name)
-    return found
-
-
 def split_info(kv):
     no = _uint(kv, "split.no")
     count = _uint(kv, "split.count")
@@ -1038,16 +946,6 @@ def add_split_set(info, struct_info, limits=None, read_part=None):
     return info
 
 
-# ---------------------------------------------------------------------------------------------------------
-# sha256 with the sidecar record model_download writes (<dir>/.<file>.llmops.json, model_sidecar.py).
-# gguf_info is an _info module: it reads the record to skip hashing an unchanged file, never writes it.
-
-
-def read_cached_sha256(path):
-    """The sha256 recorded for path when the sidecar matches the file's size, mtime_ns, inode and ctime_ns."""
-    return recorded_sha256(path)
-
-
 def normalize_digest(value):
     """Accept 'HEX' or 'sha256:HEX' (any case); return lowercase hex or raise ValueError."""
     text = (value or "").strip().lower()
@@ -1056,13 +954,3 @@ def normalize_digest(value):
     if not re.match(r"^[0-9a-f]{64}$", text):
         raise ValueError("sha256 must be 64 hex digits (optionally prefixed 'sha256:'), got %r" % value)
     return text
-
-
-def sha256_cached(path, force=False):
-    """(digest, cached): the file's sha256 from a matching sidecar record, else computed (nothing is
-    written: model_download records what it verified)."""
-    if not force:
-        digest = read_cached_sha256(path)
-        if digest:
-            return digest, True
-    return hash_file(path), False

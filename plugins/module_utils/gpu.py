@@ -28,6 +28,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.cuda_compat import 
     minimum_driver,
     version_tuple,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.gpu_names import matches_gpu
 
 # The query the product runs, in this order. Other roles depend on the facts built from it.
 QUERY_FIELDS = (
@@ -810,15 +811,9 @@ def _cap_text(cap):
     return "%d.%d" % cap
 
 
-def _matches(key, gpu):
-    uuid = gpu.get("uuid") or ""
-    return (key.isdigit() and gpu.get("index") is not None and int(key) == gpu["index"]) or (
-        bool(uuid) and key.lower() == uuid.lower())
-
-
 def is_wanted(gpu, devices):
     """Whether the checks apply to this GPU (or faulty_entry()): every GPU when `devices` is empty."""
-    return not devices or any(_matches(str(dev).strip(), gpu) for dev in devices)
+    return not devices or any(matches_gpu(dev, gpu) for dev in devices)
 
 
 def select_devices(gpus, devices, faulty=()):
@@ -832,10 +827,10 @@ def select_devices(gpus, devices, faulty=()):
         key = str(dev).strip()
         match = None
         for g in gpus:
-            if _matches(key, g):
+            if matches_gpu(key, g):
                 match = g
                 break
-        if match is None and any(_matches(key, f) for f in faulty):
+        if match is None and any(matches_gpu(key, f) for f in faulty):
             continue
         if match is None:
             errors.append("device %r not found on this host; GPUs present: %s. Fix `devices` "

@@ -21,7 +21,11 @@ import os
 import re
 import time
 
-from ansible_collections.llmops.serving.plugins.module_utils.safe_files import read_json, write_json_atomic
+from ansible_collections.llmops.serving.plugins.module_utils.safe_files import (
+    hash_file,
+    read_json,
+    write_json_atomic,
+)
 
 __metaclass__ = type
 
@@ -63,6 +67,17 @@ def recorded_sha256(path):
         if isinstance(digest, str) and _HEX64.match(digest):
             return digest
     return None
+
+
+def sha256_cached(path, force=False):
+    """(digest, cached): the file's sha256 from a matching sidecar record, else computed. gguf_info is an
+    _info module: it reads the record to skip hashing an unchanged file and never writes it (model_download
+    records what it verified)."""
+    if not force:
+        digest = recorded_sha256(path)
+        if digest:
+            return digest, True
+    return hash_file(path), False
 
 
 def write_sidecar_record(final_path, sha, _stat=None, **provenance):

@@ -156,6 +156,12 @@ def driver_plan(wanted_version, stage, gpus=None, loaded_module="", nouveau_load
     )
 
 
+def headers_needed(install_method, os_family, el7_flavor):
+    """Whether the install compiles against the running kernel and so needs its headers: DKMS and runfile
+    builds do; the precompiled EL 7 kmods (nvidia_driver_el7_flavor kmod, repo method) do not."""
+    return install_method == "runfile" or os_family != "RedHat" or el7_flavor == "dkms"
+
+
 def normal_reboot_policy(value):
     """nvidia_driver_allow_reboot as one of REBOOT_POLICIES (YAML booleans and their spellings accepted)."""
     text = _text(value).strip().lower()

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """safetensors_info for a model that is not downloaded yet: what the vLLM memory planner reads from a model
-directory (config.json and the *.safetensors sizes, memory_plan.vllm_model_summary), taken from the hub
+directory (config.json and the *.safetensors sizes, memory_plan_vllm.vllm_model_summary), taken from the hub
 before anything is fetched, as gguf_remote does for a GGUF.
 
 * The commit and the file listing come from snapshot_listing (model_snapshot's own: the same commit
@@ -41,7 +41,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_messages i
 from ansible_collections.llmops.serving.plugins.module_utils.download_options import normalize
 from ansible_collections.llmops.serving.plugins.module_utils.download_source import Target, resolve_url
 from ansible_collections.llmops.serving.plugins.module_utils.gguf_remote import _RangeFile
-from ansible_collections.llmops.serving.plugins.module_utils.memory_plan import vllm_summary
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_vllm import vllm_summary
 from ansible_collections.llmops.serving.plugins.module_utils.snapshot_listing import (
     MANIFEST_NAME,
     Budget,

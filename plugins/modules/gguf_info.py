@@ -448,7 +448,7 @@ remote:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import gguf, gguf_remote  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils import gguf, gguf_remote, model_sidecar  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
     DownloadError,
     hide_url_query,
@@ -520,7 +520,7 @@ def main():
     result["verified"] = False
     if expected or p["compute_sha256"]:
         try:
-            digest, cached = gguf.sha256_cached(path, force=p["force_verify"])
+            digest, cached = model_sidecar.sha256_cached(path, force=p["force_verify"])
         except (IOError, OSError) as exc:
             module.fail_json(msg="cannot hash %s: %s" % (path, exc), path=path, verified=False)
         result["sha256"] = digest

@@ -106,8 +106,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 vllm:
-  description: What memory_plan.vllm_model_summary() returns for the directory (layers, heads, head_dim, layer
-    types, dtype, quantization_config, weights_bytes...), the serving_plan module's model input.
+  description: What memory_plan_vllm.vllm_model_summary() returns for the directory (layers, heads, head_dim,
+    layer types, dtype, quantization_config, weights_bytes...), the serving_plan module's model input.
   returned: always
   type: dict
 shards:
@@ -132,8 +132,8 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_messages i
     DownloadError,
     scrub,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.memory_plan import (  # noqa: E402
-    PlanError,
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_common import PlanError  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_vllm import (  # noqa: E402
     vllm_model_summary,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.safetensors_remote import (  # noqa: E402

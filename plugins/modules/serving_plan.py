@@ -28,7 +28,8 @@ description:
   - A plan that does not fit names the GPU, the shortfall and what would fit (the largest context, a q8_0 KV
     cache, fewer slots, another GPU); with O(fail_on_refusal) the task fails with every refusal.
   - Returns the same result in check mode; never changes the node (C(changed) is always false). The logic is
-    in C(plugins/module_utils/memory_plan.py).
+    in C(plugins/module_utils/memory_plan.py) and its engines C(memory_plan_llama_cpp.py) and
+    C(memory_plan_vllm.py).
 options:
   instances:
     description:

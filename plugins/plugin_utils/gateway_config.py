@@ -92,6 +92,13 @@ def sanitize(name):
     return _UNSAFE.sub("_", str(name))
 
 
+def gateway_names(host, instance, model):
+    """(backend, server): the gateway's names of `instance` of `host` serving `model` (its first served model
+    name): backend be_<model>, server <host>-<instance>, both sanitized. The fleet finds a host's servers by
+    them (rollout.host_servers)."""
+    return "be_" + sanitize(model), sanitize("%s-%s" % (host, instance))
+
+
 def key_digest(key):
     """SHA-256 hex digest (lower case) of a client key: what HAProxy's `sha2(256),hex,lower` computes."""
     return hashlib.sha256(str(key).encode("utf-8")).hexdigest()
@@ -398,7 +405,7 @@ def build(hosts, hostvars, gateway_host=None, api_keys=(), rate_limit=60, settin
                 raise GatewayError("instance %s of %s has no port in llmops_instances" % (instance, host))
             port = _int(port, "instance %s of %s: port" % (instance, host), 1, 65535)
             address = server_address(host, instance, fact, node_address, gateway_host)
-            server = sanitize("%s-%s" % (host, instance))
+            backend_name, server = gateway_names(host, instance, model)
             if server in server_names:
                 raise GatewayError("instances %s and %s/%s have the same server name %s once sanitized; "
                                    "rename one" % (server_names[server], host, instance, server))
@@ -407,7 +414,7 @@ def build(hosts, hostvars, gateway_host=None, api_keys=(), rate_limit=60, settin
             key = check_key(str(key) if is_number(key) else key,
                             "serving_api_keys[%s] of host %s" % (instance, host)) if key else None
             if model not in by_model:
-                name = "be_" + sanitize(model)
+                name = backend_name
                 clash = [b for b in backends if b["name"] == name]
                 if clash:
                     raise GatewayError("models %s and %s have the same backend name %s once sanitized"

@@ -7,23 +7,19 @@
 An instance names PHYSICAL GPUs (indices or UUIDs). The engine process only sees its own GPUs, renumbered
 from 0 (CUDA_VISIBLE_DEVICES in host mode, docker --gpus in container mode), so an engine's flag table turns
 a GPU named in a setting into its position in the instance's list (llama_server_flags.relative_main_gpu).
-Tested by
+A name matches a GPU by module_utils/gpu_names.py, the rule gpu_facts' `devices` follows too. Tested by
 tests/unit/plugins/plugin_utils/test_instance_plan.py.
 """
 from __future__ import absolute_import, division, print_function
 
 import re
 
+from ansible_collections.llmops.serving.plugins.module_utils.gpu_names import gpu_key, matches_gpu
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
 
 __metaclass__ = type
 
 _UUID_RE = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+$")
-
-
-def gpu_key(gpu):
-    """One spelling per GPU, to compare indices and UUIDs whatever their case or spaces."""
-    return str(gpu).strip().lower()
 
 
 def normalize_gpus(gpus, gpu_facts=None, instance="instance"):
@@ -51,15 +47,16 @@ def normalize_gpus(gpus, gpu_facts=None, instance="instance"):
 def _check_present(gpus, gpu_facts, instance):
     if gpu_facts and gpu_facts.get("present"):
         known = gpu_facts.get("gpus") or []
-        indices = set(int(g["index"]) for g in known if "index" in g)
-        uuids = set(str(g["uuid"]).lower() for g in known if g.get("uuid"))
         for gpu in gpus:
-            if isinstance(gpu, int) and gpu not in indices:
+            if any(matches_gpu(gpu, entry) for entry in known):
+                continue
+            if isinstance(gpu, int):
+                indices = sorted(set(int(g["index"]) for g in known if "index" in g))
                 raise ServingError("%s: GPU %d does not exist on this host (llmops_gpus has indices %s)"
-                                   % (instance, gpu, sorted(indices)))
-            if not isinstance(gpu, int) and gpu.lower() not in uuids:
-                raise ServingError("%s: GPU %s does not exist on this host (llmops_gpus UUIDs: %s)"
-                                   % (instance, gpu, ", ".join(sorted(uuids))))
+                                   % (instance, gpu, indices))
+            uuids = sorted(set(str(g["uuid"]).lower() for g in known if g.get("uuid")))
+            raise ServingError("%s: GPU %s does not exist on this host (llmops_gpus UUIDs: %s)"
+                               % (instance, gpu, ", ".join(uuids)))
     elif gpu_facts is not None and gpu_facts.get("present") is False and gpus:
         raise ServingError("%s asks for GPUs %s but llmops_gpus says this host has no NVIDIA GPU"
                            % (instance, gpus))
@@ -82,7 +79,7 @@ def gpu_entries(gpus, gpu_facts=None):
     found = []
     for gpu in gpus:
         for entry in gpu_facts.get("gpus") or []:
-            if gpu_key(gpu) in (gpu_key(entry.get("index")), gpu_key(entry.get("uuid"))):
+            if matches_gpu(gpu, entry):
                 found.append(entry)
                 break
     return found

@@ -29,6 +29,8 @@ from __future__ import absolute_import, division, print_function
 import json
 from collections import OrderedDict
 
+from ansible_collections.llmops.serving.plugins.module_utils.gpu_names import gpu_key
+from ansible_collections.llmops.serving.plugins.module_utils.llama_cpp_spec import draft_cache_settings
 from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import (
     ONOFF,
     FlagTable,
@@ -36,7 +38,6 @@ from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import (
     without_none,
 )
 from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import entry as _f
-from ansible_collections.llmops.serving.plugins.plugin_utils.gpu_assignment import gpu_key
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
 
 __metaclass__ = type
@@ -310,29 +311,6 @@ def check_extra_args(extra_args):
     return TABLE.check_extra_args(extra_args, "--no-warmup", _extra_arg_refusal)
 
 
-def spec_types(settings):
-    value = settings.get("spec_type")
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)):
-        return [str(v).strip() for v in value]
-    return [v.strip() for v in str(value).split(",") if v.strip()]
-
-
-def _follow_draft_cache_types(settings):
-    """A draft context (draft-mtp, draft-simple, ...) gets the main KV cache types unless set.
-
-    The pinned llama-server gives the draft context its own cache types (default f16); with a 256K context
-    an f16 MTP cache next to a q8_0 main cache would cost twice the memory the seed line planned for.
-    """
-    if not any(t.startswith("draft-") for t in spec_types(settings)):
-        return
-    for main, draft in (("cache_type_k", "spec_draft_cache_type_k"),
-                        ("cache_type_v", "spec_draft_cache_type_v")):
-        if settings.get(main) is not None and settings.get(draft) is None:
-            settings[draft] = settings[main]
-
-
 def build_argv(settings, model=None, host=None, port=None, api_key_file=None, extra_args=None,
                gpus=None, served_model_name=None, allowed_extra_flags=()):
     """Return llama-server's argv (without the binary) for one instance.
@@ -348,7 +326,8 @@ def build_argv(settings, model=None, host=None, port=None, api_key_file=None, ex
                "api_key_file": api_key_file}
     if settings.get("main_gpu") is not None:
         settings["main_gpu"] = relative_main_gpu(settings["main_gpu"], gpus)
-    _follow_draft_cache_types(settings)
+    # a draft context's KV cache follows the main cache types unless set (module_utils/llama_cpp_spec.py)
+    settings.update(draft_cache_settings(settings))
     split = settings.get("tensor_split")
     if isinstance(split, (list, tuple)) and gpus and len(split) != len(gpus):
         raise LlamaServerArgsError("tensor_split has %d entries but the instance owns %d GPUs (%s)"

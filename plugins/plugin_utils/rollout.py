@@ -21,7 +21,7 @@ import base64
 import hashlib
 import json
 
-from ansible_collections.llmops.serving.plugins.plugin_utils.gateway_config import sanitize
+from ansible_collections.llmops.serving.plugins.plugin_utils.gateway_config import gateway_names
 from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import served_name
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, get_var
 
@@ -90,9 +90,8 @@ def host_servers(host, hostvars, gateway_fact=None, instances=None):
     """The servers of `host`'s instances at the gateway: [{backend, server, instance}].
 
     From the gateway's llmops_gateway fact when this run has it (role gateway ran, or fact caching); else by
-    the gateway's naming (plugin_utils/gateway_config.py): backend be_<served model name>, server
-    <host>-<instance>, both sanitized, for `instances` ([{name, served_model_name}]: the deployment
-    records, for a rollback) or else the host's serving_instances."""
+    the gateway's naming (gateway_config.gateway_names), for `instances` ([{name, served_model_name}]: the
+    deployment records, for a rollback) or else the host's serving_instances."""
     host = str(host)
     servers = get_var(gateway_fact, "servers") if gateway_fact else None
     if servers is not None:
@@ -108,8 +107,8 @@ def host_servers(host, hostvars, gateway_fact=None, instances=None):
         served = served_name(raw, name, models)
         if isinstance(served, (list, tuple)):
             served = served[0]
-        out.append({"backend": "be_" + sanitize(served), "server": sanitize("%s-%s" % (host, name)),
-                    "instance": name})
+        backend, server = gateway_names(host, name, served)
+        out.append({"backend": backend, "server": server, "instance": name})
     return out
 
 

@@ -18,6 +18,11 @@ class ServingError(ValueError):
     """Bad instances, settings or environment; the message says what to change."""
 
 
+class VllmArgsError(ServingError):
+    """Bad vLLM settings or extra_args; the message says what to change (vllm_flags.py and its GPU and Ray
+    checks, vllm_preflight.py)."""
+
+
 def is_number(value):
     """True for YAML numbers; YAML booleans are not numbers although Python's bool is an int."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """systemd spellings of a serving unit, for every engine: ExecStart= quoting, hardening, restart policy, all
-chosen by the node's systemd version (219 on CentOS 7 up to 25x). Tested by
-tests/unit/plugins/plugin_utils/test_systemd.py and tests/roles/test_serving_unit.py.
+chosen by the node's systemd version (219 on CentOS 7 up to 25x), and the LimitMEMLOCK= PID 1 can grant.
+Tested by tests/unit/plugins/plugin_utils/test_systemd.py and tests/roles/test_serving_unit.py.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -12,10 +12,30 @@ import re
 from collections import OrderedDict
 
 from ansible_collections.llmops.serving.plugins.plugin_utils.container import docker_run_args
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 
 __metaclass__ = type
 
 _SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+# linux/capability.h: CAP_SYS_RESOURCE, which systemd needs to raise RLIMIT_MEMLOCK above PID 1's hard limit.
+CAP_SYS_RESOURCE = 24
+
+
+def memlock_limit(pid1_status, wanted):
+    """LimitMEMLOCK= the node can grant: `wanted` (serving_memlock_limit) when PID 1 has CAP_SYS_RESOURCE in
+    its effective set or its hard limit is unlimited, else that hard limit. `pid1_status`: the text of
+    /proc/1/status and /proc/1/limits. Without CAP_SYS_RESOURCE (a node that is itself an unprivileged
+    container) a LimitMEMLOCK above PID 1's hard limit stops the unit with 205/LIMITS."""
+    text = str(pid1_status or "")
+    capeff = re.search(r"CapEff:\s*([0-9a-f]+)", text)
+    hard = re.search(r"Max locked memory\s+\S+\s+(\S+)", text)
+    if not capeff or not hard:
+        raise ServingError("cannot tell the locked-memory limit PID 1 allows: no %s in /proc/1/status and "
+                         "/proc/1/limits" % ("CapEff line" if not capeff else "Max locked memory line"))
+    can_raise = (int(capeff.group(1), 16) >> CAP_SYS_RESOURCE) & 1 == 1
+    return wanted if can_raise or hard.group(1) == "unlimited" else hard.group(1)
 
 
 def systemd_quote(arg):

@@ -9,7 +9,7 @@ import shutil
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gguf, model_sidecar
+from ansible_collections.llmops.serving.plugins.module_utils import chat_template, gguf, model_sidecar
 
 from tests.fixtures import llama_cpp_source
 from tests.fixtures.gguf import make_corpus
@@ -177,7 +177,7 @@ def test_bytes_per_layer_and_types():
     ("", []),
 ])
 def test_chat_template_risks(template, risks):
-    assert sorted(gguf.chat_template_risks(template)) == sorted(risks)
+    assert sorted(chat_template.chat_template_risks(template)) == sorted(risks)
 
 
 def test_chat_template_risks_is_linear_on_hostile_input():
@@ -185,7 +185,7 @@ def test_chat_template_risks_is_linear_on_hostile_input():
     # scan that backtracks is quadratic on these 4 MB inputs, i.e. minutes, not seconds.
     for hostile in ("{{" * 2000000, "{%" + "'" * 2000000, "{{ " + "\\'" * 1000000, "os" + " " * 2000000):
         start = time.process_time()
-        gguf.chat_template_risks(hostile)
+        chat_template.chat_template_risks(hostile)
         assert time.process_time() - start < 3.0
 
 
@@ -342,12 +342,12 @@ def test_sha256_comes_from_the_download_sidecar_and_nothing_is_written(tmp_path,
     import hashlib
     want = hashlib.sha256(path.read_bytes()).hexdigest()
     calls = []
-    real = gguf.hash_file
-    monkeypatch.setattr(gguf, "hash_file", lambda p: calls.append(p) or real(p))
+    real = model_sidecar.hash_file
+    monkeypatch.setattr(model_sidecar, "hash_file", lambda p: calls.append(p) or real(p))
     side = tmp_path / ".m.gguf.llmops.json"
-    assert gguf.sha256_cached(str(path)) == (want, False)
+    assert model_sidecar.sha256_cached(str(path)) == (want, False)
     assert not side.exists()  # gguf_info is an _info module: it records nothing
-    assert gguf.sha256_cached(str(path)) == (want, False)
+    assert model_sidecar.sha256_cached(str(path)) == (want, False)
     assert len(calls) == 2
     # the record model_download writes for a file it verified is used as it is
     model_sidecar.write_sidecar_record(str(path), want, commit="c" * 40, source={"repo": "org/repo"})
@@ -355,14 +355,14 @@ def test_sha256_comes_from_the_download_sidecar_and_nothing_is_written(tmp_path,
     record = json.loads(before)
     assert record["sha256"] == want and record["version"] == model_sidecar.SIDECAR_VERSION
     assert model_sidecar.sidecar_matches_file(record, str(path))
-    assert gguf.sha256_cached(str(path)) == (want, True)
+    assert model_sidecar.sha256_cached(str(path)) == (want, True)
     assert len(calls) == 2
-    assert gguf.sha256_cached(str(path), force=True) == (want, False)
+    assert model_sidecar.sha256_cached(str(path), force=True) == (want, False)
     assert len(calls) == 3 and side.read_bytes() == before  # force_verify re-hashes, changes no record
     # the file changes: size/mtime differ, the record no longer matches, the file is hashed again
     with open(str(path), "ab") as f:
         f.write(b"x")
-    digest, cached = gguf.sha256_cached(str(path))
+    digest, cached = model_sidecar.sha256_cached(str(path))
     assert not cached and digest != want and side.read_bytes() == before
 
 
@@ -374,22 +374,22 @@ def test_stale_or_foreign_sidecar_is_not_trusted(tmp_path):
     side = tmp_path / ".m.gguf.llmops.json"
     side.write_text(json.dumps({"version": 1, "sha256": digest, "size": 1, "mtime_ns": 1, "inode": 1,
                                 "commit": "c" * 40, "source": {"repo": "org/repo"}}))
-    assert gguf.read_cached_sha256(str(path)) is None  # stale identity: not trusted
+    assert model_sidecar.recorded_sha256(str(path)) is None  # stale identity: not trusted
     model_sidecar.write_sidecar_record(str(path), "not hex")
-    assert gguf.read_cached_sha256(str(path)) is None  # a record without a sha256 vouches for nothing
+    assert model_sidecar.recorded_sha256(str(path)) is None  # a record without a sha256 vouches for nothing
     model_sidecar.write_sidecar_record(str(path), digest)
-    assert gguf.read_cached_sha256(str(path)) == digest
+    assert model_sidecar.recorded_sha256(str(path)) == digest
     os.chmod(str(path), 0o600)  # ctime moves: the record no longer describes the file
-    assert gguf.read_cached_sha256(str(path)) is None
+    assert model_sidecar.recorded_sha256(str(path)) is None
 
 
 def test_unreadable_sidecar_is_ignored(tmp_path):
     path = tmp_path / "m.gguf"
     path.write_bytes(b"data")
     (tmp_path / ".m.gguf.llmops.json").write_text("{not json")
-    assert gguf.read_cached_sha256(str(path)) is None
+    assert model_sidecar.recorded_sha256(str(path)) is None
     (tmp_path / ".m.gguf.llmops.json").write_text("[1, 2]")
-    assert gguf.read_cached_sha256(str(path)) is None
+    assert model_sidecar.recorded_sha256(str(path)) is None
 
 
 @pytest.mark.parametrize("value,ok", [

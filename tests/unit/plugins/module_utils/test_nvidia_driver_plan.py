@@ -6,6 +6,7 @@
 import pytest
 from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (
     driver_plan,
+    headers_needed,
     read_loaded_module,
     read_nouveau_loaded,
     reboot_reasons,
@@ -117,3 +118,14 @@ def test_reads_the_loaded_module_and_nouveau_from_sysfs(tmp_path):
     (tmp_path / "nouveau").mkdir()
     assert read_loaded_module(str(tmp_path)) == "535.104.05"
     assert read_nouveau_loaded(str(tmp_path)) is True
+
+
+@pytest.mark.parametrize("method, os_family, flavor, needed", [
+    ("repo", "RedHat", "kmod", False),     # precompiled EL 7 kmods: nothing is compiled
+    ("repo", "RedHat", "dkms", True),
+    ("runfile", "RedHat", "kmod", True),   # the runfile builds its module whatever the flavor
+    ("repo", "Debian", "kmod", True),      # Debian/Ubuntu packages build with DKMS
+    ("distro", "Debian", "dkms", True),
+])
+def test_headers_needed(method, os_family, flavor, needed):
+    assert headers_needed(method, os_family, flavor) is needed

@@ -6,6 +6,7 @@ import shlex
 
 import pytest
 from ansible_collections.llmops.serving.plugins.plugin_utils import systemd
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 
 
 @pytest.mark.parametrize("arg", ['{"a": "b c"}', "50%", "$HOME", "back\\slash", "plain-1.0", 'say "hi"'])
@@ -48,3 +49,31 @@ def test_parse_systemd_version():
     assert systemd.parse_systemd_version("systemd 219\n+PAM +AUDIT") == 219
     assert systemd.parse_systemd_version("systemd 252 (252.38-1~deb12u1)\n") == 252
     assert systemd.parse_systemd_version("") == 0
+
+
+def _pid1(capeff, hard):
+    """/proc/1/status and /proc/1/limits as the serving role reads them (cat of both)."""
+    return ("Name:\tsystemd\nCapInh:\t0000000000000000\nCapPrm:\t%s\nCapEff:\t%s\nCapBnd:\t%s\n"
+            "Limit                     Soft Limit           Hard Limit           Units\n"
+            "Max locked files          unlimited            unlimited            files\n"
+            "Max locked memory         8388608              %s              bytes\n"
+            "Max address space         unlimited            unlimited            bytes\n"
+            % (capeff, capeff, capeff, hard))
+
+
+@pytest.mark.parametrize("capeff, hard, granted", [
+    ("000001ffffffffff", "8388608", "infinity"),      # a host: full capabilities
+    ("0000000001000000", "8388608", "infinity"),      # CAP_SYS_RESOURCE (bit 24) alone
+    ("00000000a80425fb", "8388608", "8388608"),       # docker's default set: no CAP_SYS_RESOURCE
+    ("00000000a80425fb", "unlimited", "infinity"),    # no capability needed under an unlimited hard limit
+    ("0000000000ffffff", "65536", "65536"),           # every capability below 24, not 24
+])
+def test_memlock_limit_is_what_pid1_can_grant(capeff, hard, granted):
+    assert systemd.memlock_limit(_pid1(capeff, hard), "infinity") == granted
+
+
+def test_memlock_limit_refuses_to_guess():
+    with pytest.raises(ServingError, match="no CapEff line"):
+        systemd.memlock_limit("Max locked memory 1 2 bytes", "infinity")
+    with pytest.raises(ServingError, match="no Max locked memory line"):
+        systemd.memlock_limit("CapEff:\t0000000000000000\n", "infinity")

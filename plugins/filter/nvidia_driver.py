@@ -1,0 +1,22 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Decisions of role nvidia_driver that its vars need before any module runs, from
+plugins/module_utils/nvidia_driver.py (where the driver plan is):
+
+    {{ nvidia_driver_install_method | llmops.serving.nvidia_driver_headers_needed(ansible_os_family,
+                                                                                 nvidia_driver_el7_flavor) }}
+"""
+from __future__ import absolute_import, division, print_function
+
+from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import headers_needed
+
+__metaclass__ = type
+
+
+class FilterModule(object):
+    """Whether the driver install needs the running kernel's headers."""
+
+    def filters(self):
+        return {"nvidia_driver_headers_needed": headers_needed}
