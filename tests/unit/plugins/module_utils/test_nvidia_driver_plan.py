@@ -6,7 +6,6 @@
 import pytest
 from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (
     driver_plan,
-    headers_needed,
     read_loaded_module,
     read_nouveau_loaded,
     reboot_reasons,
@@ -120,12 +119,10 @@ def test_reads_the_loaded_module_and_nouveau_from_sysfs(tmp_path):
     assert read_nouveau_loaded(str(tmp_path)) is True
 
 
-@pytest.mark.parametrize("method, os_family, flavor, needed", [
-    ("repo", "RedHat", "kmod", False),     # precompiled EL 7 kmods: nothing is compiled
-    ("repo", "RedHat", "dkms", True),
-    ("runfile", "RedHat", "kmod", True),   # the runfile builds its module whatever the flavor
-    ("repo", "Debian", "kmod", True),      # Debian/Ubuntu packages build with DKMS
-    ("distro", "Debian", "dkms", True),
-])
-def test_headers_needed(method, os_family, flavor, needed):
-    assert headers_needed(method, os_family, flavor) is needed
+def test_a_wanted_version_with_a_trailing_newline_is_the_loaded_driver():
+    """issue 23: '570.133.20\\n' from a file lookup asked to install the driver already loaded."""
+    gpus = {"present": True, "count": 1, "driver_version": WANTED, "gpus": [{"index": 0}]}
+    plan = driver_plan(WANTED + "\n", "detect", gpus=gpus, loaded_module=WANTED + "\n")
+    assert plan["action"] == "none" and plan["wanted_version"] == WANTED
+    with pytest.raises(ValueError, match="nvidia_driver_version must be a driver version"):
+        driver_plan("570.133.20; rm -rf /", "detect")
