@@ -18,7 +18,17 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import math
 import os
+
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_checks import (
+    MAX_PARALLEL,
+    InputError,
+    check_gpu_entries,
+    check_instance,
+    check_model_numbers,
+    check_options,
+)
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -393,7 +403,7 @@ def _fractions(value, count):
         fractions = [float(v) for v in value]
     except (TypeError, ValueError):
         raise PlanError("tensor_split must be numbers, got %r" % (value,)) from None
-    if len(fractions) != count or any(f < 0 for f in fractions) or not sum(fractions):
+    if len(fractions) != count or any(not math.isfinite(f) or f < 0 for f in fractions) or not sum(fractions):
         raise PlanError("tensor_split %s does not match the instance's %d GPU(s): give one non-negative "
                         "share per GPU" % (",".join("%g" % f for f in fractions), count))
     return fractions
@@ -602,6 +612,18 @@ def _llama_core(model, gpus, settings, overhead_mib, min_headroom_mib, basis):
     return s, fractions, derived, rows, host, fits
 
 
+def context_warnings(model, s, name):
+    """llama.cpp's own warning when a sequence's context is above the model's trained context
+    (llama_context: "n_ctx_seq (...) > n_ctx_train (...) -- possible training context overflow")."""
+    trained = int(model.get("context_length") or 0)
+    if trained and s["ctx_seq"] > trained:
+        return ["instance %s: the context per sequence (%d) is above the model's trained context (%d): "
+                "llama.cpp warns of a possible training context overflow (answers past %d tokens degrade "
+                "unless the model is meant to be extended, e.g. with rope scaling)"
+                % (name, s["ctx_seq"], trained, trained)]
+    return []
+
+
 def _largest(fits, low, high, step=1):
     """Largest value in [low, high] (multiples of step) for which fits(value) holds, or 0 (fits is
     monotonic: true up to a point)."""
@@ -644,7 +666,8 @@ def plan_llama_cpp(model, gpus, settings, name="instance", overhead_mib=DEFAULT_
 
     ctx_limit = max(int(model.get("context_length") or 0), s["ctx_size"])
     max_ctx = _largest(lambda c: fits_with(ctx_size=c), CTX_PAD, ctx_limit, CTX_PAD)
-    max_parallel = _largest(lambda p: fits_with(parallel=p), 1, max(64, s["parallel"]))
+    # llama.cpp's own limit, not a guess: 99 slots fit a 27B model on the L20 line
+    max_parallel = _largest(lambda p: fits_with(parallel=p), 1, MAX_PARALLEL)
     plan = {
         "name": name, "engine": "llama.cpp", "fits": fits,
         "ctx_size": s["ctx_size"], "parallel": s["parallel"], "kv_unified": s["kv_unified"],
@@ -653,6 +676,7 @@ def plan_llama_cpp(model, gpus, settings, name="instance", overhead_mib=DEFAULT_
         "pipeline_parallel": any(r.get("pipeline_copies") for r in rows),
         "total_bytes": sum(r["total"] for r in rows),
         "max_ctx_size": max_ctx, "max_parallel": max_parallel,
+        "warnings": context_warnings(model, s, name),
     }
     plan["message"] = "%s: %s; host %s" % (name, ", ".join(
         "GPU %s %s used, %s headroom" % (r["index"], _mib(r["total"]), "{:,} MiB".format(r["headroom_mib"]))
@@ -681,6 +705,7 @@ def plan_llama_cpp_host(model, settings, name="instance", host_memory_mib=None,
         "tensor_split": None, "tensor_split_derived": False, "pipeline_parallel": False,
         "host": host, "host_memory_mib": host_memory_mib, "host_headroom_mib": headroom, "gpus": [],
         "total_bytes": host["total"], "max_ctx_size": None, "max_parallel": None, "suggestions": [],
+        "warnings": context_warnings(model, s, name),
     }
     if fits is not None:
         def fits_host(**changes):
@@ -691,7 +716,7 @@ def plan_llama_cpp_host(model, settings, name="instance", host_memory_mib=None,
             return int(host_memory_mib) - int((used + MIB - 1) // MIB) >= int(min_headroom_mib)
         limit = max(int(model.get("context_length") or 0), s["ctx_size"])
         plan["max_ctx_size"] = _largest(lambda c: fits_host(ctx_size=c), CTX_PAD, limit, CTX_PAD)
-        plan["max_parallel"] = _largest(lambda p: fits_host(parallel=p), 1, max(64, s["parallel"]))
+        plan["max_parallel"] = _largest(lambda p: fits_host(parallel=p), 1, MAX_PARALLEL)
     plan["message"] = "%s: host memory %s used%s" % (
         name, _mib(host["total"]),
         "" if headroom is None else ", {:,} MiB headroom of {:,} MiB".format(headroom, int(host_memory_mib)))
@@ -1122,73 +1147,101 @@ def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, ba
     or n_gpu_layers 0) is planned in host memory against host_memory_mib. A vLLM instance with `nodes` (and
     `ray_cluster`) runs on a Ray cluster: it is planned on every GPU of every node (plan_vllm_cluster), not on
     `gpus`. Returns (plans by name, messages, refusals)."""
-    if isinstance(gpus, dict):
-        gpus = gpus.get("gpus") or []  # the whole llmops_gpus fact
+    try:
+        check_options(overhead_mib, min_headroom_mib, host_memory_mib)
+        gpus = check_gpu_entries(gpus)  # the whole llmops_gpus fact or its list
+        if instances is not None and not isinstance(instances, list):
+            raise InputError("instances must be a list of instance mappings")
+        names = [check_instance(inst, n) for n, inst in enumerate(instances or [])]
+    except InputError as exc:
+        raise PlanError(str(exc)) from None
     by_index = dict((str(g.get("index")), g) for g in (gpus or []))
     plans, messages, refusals = {}, [], []
     for n, inst in enumerate(instances or []):
-        name = str(inst.get("name") or "instance%d" % n)
-        engine = str(inst.get("engine") or "llama.cpp").lower()
-        model = inst.get("model")
-        unknown = _model_not_on_node(inst, engine)
-        if unknown:
-            # A check-mode first run, or a model the model role does not manage yet: nothing to plan from.
-            plans[name] = {"name": name, "engine": engine, "fits": None, "planned": False, "refusal": None,
-                           "message": "%s: not planned: %s" % (name, unknown)}
-            messages.append(plans[name]["message"])
-            continue
-        if engine != "vllm" and not isinstance(model, dict) and inst.get("model_path"):
-            if read_gguf is None:
-                raise PlanError("instance %s: model_path given but no GGUF reader" % name)
-            model = read_gguf(inst["model_path"])
-        settings = inst.get("settings") or {}
-        if engine == "vllm" and inst.get("nodes") is not None:
-            plan = _plan_cluster_instance(inst, name, model, settings, summarize_vllm, overhead_mib,
-                                          min_headroom_mib, basis)
-            plans[name] = plan
-            messages.append(plan["message"])
-            if plan.get("refusal"):
-                refusals.append(plan["refusal"])
-            continue
-        indexes = inst.get("gpus")
-        if indexes is None or indexes == []:
-            indexes = [g.get("index") for g in (gpus or [])]
-        if engine != "vllm" and (not indexes or _int(settings, "n_gpu_layers", -1) == 0):
-            if not isinstance(model, dict):
-                raise PlanError("instance %s: model must be gguf_info's result (a dict) or model_path" % name)
-            options = {} if min_headroom_mib is None else {"min_headroom_mib": min_headroom_mib}
-            plan = plan_llama_cpp_host(model, settings, name=name, host_memory_mib=host_memory_mib, **options)
-            plan["planned"] = True
-            plans[name] = plan
-            messages.append(plan["message"])
-            if plan["refusal"]:
-                refusals.append(plan["refusal"])
-            continue
-        if not isinstance(indexes, list):
-            indexes = [indexes]
-        missing = [str(i) for i in indexes if str(i) not in by_index]
-        if missing:
-            raise PlanError("instance %s uses GPU(s) %s that llmops_gpus does not list (it has %s)"
-                            % (name, ", ".join(missing), ", ".join(sorted(by_index)) or "none"))
-        chosen = [by_index[str(i)] for i in indexes]
-        others = [g for g in (gpus or []) if g not in chosen]
-        if engine == "vllm":
-            model, why = _vllm_model(name, model, inst, summarize_vllm)
-            if why:
-                plans[name] = _not_planned(name, engine, why)
-                messages.append(plans[name]["message"])
-                continue
+        name = names[n]
+        try:
+            _plan_one(inst, name, gpus, by_index, plans, messages, refusals, overhead_mib, min_headroom_mib,
+                      basis, summarize_vllm, read_gguf, host_memory_mib)
+        except InputError as exc:
+            raise PlanError(str(exc)) from None
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError,
+                OverflowError) as exc:
+            if isinstance(exc, PlanError):
+                raise
+            # a model summary or setting of a shape nothing above foresaw: one line naming the instance
+            raise PlanError("instance %s: cannot plan with the model and settings given (%s: %s); give "
+                            "gguf_info's result as model (or model_path / model_dir) and the engine's "
+                            "settings"
+                            % (name, type(exc).__name__, str(exc)[:200])) from None
+    return plans, messages, refusals
+
+
+def _plan_one(inst, name, gpus, by_index, plans, messages, refusals, overhead_mib, min_headroom_mib, basis,
+              summarize_vllm, read_gguf, host_memory_mib):
+    """plan_instances' work for one instance (its plan, message and refusal appended)."""
+    engine = str(inst.get("engine") or "llama.cpp").lower()
+    model = inst.get("model")
+    unknown = _model_not_on_node(inst, engine)
+    if unknown:
+        # A check-mode first run, or a model the model role does not manage yet: nothing to plan from.
+        plans[name] = {"name": name, "engine": engine, "fits": None, "planned": False, "refusal": None,
+                       "message": "%s: not planned: %s" % (name, unknown)}
+        messages.append(plans[name]["message"])
+        return
+    if engine != "vllm" and not isinstance(model, dict) and inst.get("model_path"):
+        if read_gguf is None:
+            raise PlanError("instance %s: model_path given but no GGUF reader" % name)
+        model = read_gguf(inst["model_path"])
+    settings = inst.get("settings") or {}
+    if engine == "vllm" and inst.get("nodes") is not None:
+        plan = _plan_cluster_instance(inst, name, model, settings, summarize_vllm, overhead_mib,
+                                      min_headroom_mib, basis)
+        plans[name] = plan
+        messages.append(plan["message"])
+        if plan.get("refusal"):
+            refusals.append(plan["refusal"])
+        return
+    indexes = inst.get("gpus")
+    if indexes is None or indexes == []:
+        indexes = [g.get("index") for g in (gpus or [])]
+    if engine != "vllm" and (not indexes or _int(settings, "n_gpu_layers", -1) == 0):
         if not isinstance(model, dict):
-            raise PlanError("instance %s: model must be gguf_info's result (a dict)" % name)
-        options = {"other_gpus": others, "basis": basis}
-        if overhead_mib is not None:
-            options["overhead_mib"] = overhead_mib
-        if min_headroom_mib is not None:
-            options["min_headroom_mib"] = min_headroom_mib
-        plan = plan_instance(engine, model, chosen, settings, name=name, **options)
+            raise PlanError("instance %s: model must be gguf_info's result (a dict) or model_path" % name)
+        check_model_numbers(model, name)
+        options = {} if min_headroom_mib is None else {"min_headroom_mib": min_headroom_mib}
+        plan = plan_llama_cpp_host(model, settings, name=name, host_memory_mib=host_memory_mib, **options)
         plan["planned"] = True
         plans[name] = plan
         messages.append(plan["message"])
         if plan["refusal"]:
             refusals.append(plan["refusal"])
-    return plans, messages, refusals
+        return
+    if not isinstance(indexes, list):
+        indexes = [indexes]
+    missing = [str(i) for i in indexes if str(i) not in by_index]
+    if missing:
+        raise PlanError("instance %s uses GPU(s) %s that llmops_gpus does not list (it has %s)"
+                        % (name, ", ".join(missing), ", ".join(sorted(by_index)) or "none"))
+    chosen = [by_index[str(i)] for i in indexes]
+    others = [g for g in (gpus or []) if g not in chosen]
+    if engine == "vllm":
+        model, why = _vllm_model(name, model, inst, summarize_vllm)
+        if why:
+            plans[name] = _not_planned(name, engine, why)
+            messages.append(plans[name]["message"])
+            return
+    if not isinstance(model, dict):
+        raise PlanError("instance %s: model must be gguf_info's result (a dict)" % name)
+    check_model_numbers(model, name)
+    options = {"other_gpus": others, "basis": basis}
+    if overhead_mib is not None:
+        options["overhead_mib"] = overhead_mib
+    if min_headroom_mib is not None:
+        options["min_headroom_mib"] = min_headroom_mib
+    plan = plan_instance(engine, model, chosen, settings, name=name, **options)
+    plan["planned"] = True
+    plans[name] = plan
+    messages.append(plan["message"])
+    if plan["refusal"]:
+        refusals.append(plan["refusal"])
+

@@ -56,6 +56,8 @@ import fnmatch
 import os
 import re
 
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import brief
+
 STAGES = ("detect", "before_installer", "final")
 REBOOT_POLICIES = ("auto", "true", "false")
 # Device nodes a program opens to use an NVIDIA GPU (CUDA: nvidiactl, nvidia-uvm and nvidia<N>; an X server:
@@ -165,7 +167,7 @@ def normal_reboot_policy(value):
         return "true"
     if text in ("0", "false", "no", "off", "n", "f"):
         return "false"
-    raise ValueError("nvidia_driver_allow_reboot must be auto, true or false, got %r" % (value,))
+    raise ValueError("nvidia_driver_allow_reboot must be auto, true or false, got %s" % brief(value))
 
 
 def read_gpu_processes(proc_root="/proc", ignore=()):

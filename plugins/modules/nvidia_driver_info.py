@@ -187,6 +187,10 @@ busy_units:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (  # noqa: E402
     STAGES,
     driver_plan,
@@ -207,7 +211,8 @@ def installed_module_version(module):
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             wanted_version=dict(type="str", required=True),
             stage=dict(type="str", choices=list(STAGES), default="final"),
@@ -221,6 +226,11 @@ def main():
         ),
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "nvidia_driver_info"):
+        _run(module)
+
+
+def _run(module):
     p = module.params
     plan = driver_plan(
         p["wanted_version"],
