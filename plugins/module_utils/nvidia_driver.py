@@ -73,6 +73,21 @@ def _text(value):
     return "" if value is None else str(value)
 
 
+# An NVIDIA driver version as the packages and /sys/module/nvidia/version spell it (570.133.20, 535.54.03).
+DRIVER_VERSION_RE = re.compile(r"^[0-9]{2,4}(\.[0-9]{1,4}){1,3}$")
+
+
+def wanted_driver_version(value):
+    """nvidia_driver_version as the node spells its driver: surrounding whitespace dropped (a trailing
+    newline from a file lookup asked to install the driver that was already loaded), then it must look like
+    a driver version; ValueError names the setting otherwise."""
+    text = _text(value).strip()
+    if not DRIVER_VERSION_RE.match(text):
+        raise ValueError("nvidia_driver_version must be a driver version such as 570.133.20, got %s"
+                         % brief(value))
+    return text
+
+
 def _true(value):
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on", "y", "t")
@@ -130,7 +145,7 @@ def driver_plan(wanted_version, stage, gpus=None, loaded_module="", nouveau_load
     """
     if stage not in STAGES:
         raise ValueError("stage must be one of %s, got %r" % (", ".join(STAGES), stage))
-    wanted_version = _text(wanted_version)
+    wanted_version = wanted_driver_version(wanted_version)
     loaded_module = _text(loaded_module).strip()
     installed_module = _text(installed_module).strip()
     wanted_loaded = wanted_driver_loaded(wanted_version, gpus)

@@ -232,15 +232,18 @@ def main():
 
 def _run(module):
     p = module.params
-    plan = driver_plan(
-        p["wanted_version"],
-        p["stage"],
-        gpus=p["gpus"],
-        loaded_module=read_loaded_module(p["sysfs_module_dir"]),
-        nouveau_loaded=read_nouveau_loaded(p["sysfs_module_dir"]),
-        installed_module=installed_module_version(module) if p["stage"] == "before_installer" else "",
-    )
     try:
+        for name in ("sysfs_module_dir", "proc_root"):
+            if "\x00" in p[name]:
+                raise ValueError("%s must be a path without NUL bytes" % name)
+        plan = driver_plan(
+            p["wanted_version"],
+            p["stage"],
+            gpus=p["gpus"],
+            loaded_module=read_loaded_module(p["sysfs_module_dir"]),
+            nouveau_loaded=read_nouveau_loaded(p["sysfs_module_dir"]),
+            installed_module=installed_module_version(module) if p["stage"] == "before_installer" else "",
+        )
         policy = normal_reboot_policy(p["reboot_policy"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))

@@ -117,3 +117,12 @@ def test_reads_the_loaded_module_and_nouveau_from_sysfs(tmp_path):
     (tmp_path / "nouveau").mkdir()
     assert read_loaded_module(str(tmp_path)) == "535.104.05"
     assert read_nouveau_loaded(str(tmp_path)) is True
+
+
+def test_a_wanted_version_with_a_trailing_newline_is_the_loaded_driver():
+    """issue 23: '570.133.20\\n' from a file lookup asked to install the driver already loaded."""
+    gpus = {"present": True, "count": 1, "driver_version": WANTED, "gpus": [{"index": 0}]}
+    plan = driver_plan(WANTED + "\n", "detect", gpus=gpus, loaded_module=WANTED + "\n")
+    assert plan["action"] == "none" and plan["wanted_version"] == WANTED
+    with pytest.raises(ValueError, match="nvidia_driver_version must be a driver version"):
+        driver_plan("570.133.20; rm -rf /", "detect")
