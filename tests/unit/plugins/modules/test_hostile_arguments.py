@@ -347,3 +347,37 @@ def test_hostile_arguments_end_in_one_clear_json_result(name, monkeypatch):
         check()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# Cases the property test found (each a traceback, a leak or an unclear message before issue 23), kept as
+# fixed examples so that CI's small budget always covers them. None: the module's working arguments.
+KNOWN = [
+    ("gguf_info", {"limits": 0}),
+    ("llm_benchmark", {"timeout": "inf"}),
+    ("llm_benchmark", {"timeout": "-1"}),
+    ("llm_benchmark", {"api_key": "\u0100"}),
+    ("llm_benchmark", {"runs": "", "api_key_env": ""}),
+    ("llm_benchmark", {"api_key": "sk-abc\n"}),
+    ("nvidia_driver_info", {"sysfs_module_dir": "\x00"}),
+    ("nvidia_driver_info", {"reboot_policy": "a" * 70000}),
+    ("gateway_server", {"backend": "a" * 70000}),
+    ("serving_plan", {"gpus": -1}),
+    ("serving_plan", {"gpus": " "}),
+    ("serving_plan", {"instances": [{"name": "v", "engine": "vllm", "gpus": [0],
+                                     "model": {"weights_bytes": 1},
+                                     "settings": {"tensor_parallel_size": 0}}]}),
+    ("serving_plan", {"instances": [{"name": "a", "gpus": [0], "model": llama_8b(),
+                                     "settings": {"gpu_memory_utilization": "x", "main_gpu": "x",
+                                                  "parallel": 10 ** 9}}]}),
+    ("wheel_compat_info", {"wheel": None, "tags": ["cp3" + "1" * 5000 + "-abi3-manylinux_2_28_x86_64"]}),
+]
+
+
+@pytest.mark.parametrize("name, changes", KNOWN, ids=["%s-%d" % (n, i) for i, (n, _c) in enumerate(KNOWN)])
+def test_known_hostile_arguments(name, changes, tmp_path, monkeypatch):
+    args = _working(name, str(tmp_path))
+    args.update(changes)
+    args = dict((k, v) for k, v in args.items() if v is not None)
+    result, _elapsed = run_in_process(name, args, False, str(tmp_path), monkeypatch)
+    assert result.get("failed") and _clear_msg(result), (name, str(result.get("msg"))[:300])
+    assert "sk-abc" not in json.dumps(result) and "\u0100" not in json.dumps(result, ensure_ascii=False)
