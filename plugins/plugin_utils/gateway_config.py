@@ -125,9 +125,8 @@ def check_key(value, setting):
     message names the setting and never shows the value."""
     if not isinstance(value, str) or not value:
         raise GatewayError("%s: the key must be a non-empty string" % setting)
-    if secret_problem(value, setting):  # the collection's one rule (module_utils/secrets.py)
-        raise GatewayError(secret_problem(value, setting))
-    if any(not ("!" <= char <= "~") for char in value):
+    # the collection's one rule (module_utils/secrets.py), narrowed to what a bearer header carries
+    if secret_problem(value, setting) or any(not ("!" <= char <= "~") for char in value):
         raise GatewayError("%s: the key contains whitespace, a control character or a non-ASCII character; a "
                            "bearer token cannot (the key is not shown)" % setting)
     return value
