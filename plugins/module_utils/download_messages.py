@@ -8,14 +8,15 @@ Plain Python 3.6, standard library only; importable without Ansible.
 """
 from __future__ import absolute_import, division, print_function
 
-import json
 import re
 import sys
-from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+
+from ansible_collections.llmops.serving.plugins.module_utils import secrets
 
 __metaclass__ = type
 
-MASK = "********"
+MASK = secrets.MASK
 
 
 class DownloadError(Exception):
@@ -114,25 +115,10 @@ def hide_url_query(module):
                     "ran: pass the query string as url_query (never logged) instead")
 
 
-def _token_forms(token):
-    forms = set()
-    for t in (token, token.strip()):
-        if not t:
-            continue
-        forms.update((t, repr(t)[1:-1], json.dumps(t)[1:-1], json.dumps(t, ensure_ascii=False)[1:-1],
-                      quote(t, safe=""), quote(t), quote_plus(t),
-                      repr(t.encode("utf-8", "surrogateescape"))[2:-1]))
-    return sorted((f for f in forms if f), key=len, reverse=True)
-
-
 def scrub(text, token):
     """``text`` without the token in any form: raw, stripped, escaped (repr, JSON, bytes repr) and
-    URL-encoded (any case)."""
-    if not token or not text or not isinstance(text, str):
-        return text
-    for form in _token_forms(token):
-        text = re.sub(re.escape(form), MASK, text, flags=re.IGNORECASE)
-    return text
+    URL-encoded (any case). The collection's one rule (module_utils/secrets.py)."""
+    return secrets.scrub(text, token)
 
 
 def scrub_all(obj, token):

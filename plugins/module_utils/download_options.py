@@ -21,6 +21,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_messages i
     redact_url,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.download_source import HEX64, MAX_FILE_SIZE
+from ansible_collections.llmops.serving.plugins.module_utils.secrets import BAD_SECRET_CHARS
 
 __metaclass__ = type
 
@@ -36,7 +37,7 @@ HUBS = {
 }
 # ModelScope's SDK authenticates repository downloads with this cookie (its value is the access token).
 MODELSCOPE_COOKIE = "m_session_id"
-BAD_TOKEN_CHARS = re.compile(r"[\s\x00-\x1f\x7f]")
+BAD_TOKEN_CHARS = BAD_SECRET_CHARS  # the collection's one rule (module_utils/secrets.py)
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 # The options that name things (never a secret): a control character (a newline from a template, a NUL) is
 # refused naming the option.  url is refused without echoing it (a signed URL carries a credential).

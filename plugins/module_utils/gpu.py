@@ -14,11 +14,10 @@ __metaclass__ = type
 
 import os
 import re
-import signal
-import subprocess
 
 # CUDA's compatibility rules and the version helpers live in cuda_compat (callers that know the helpers as
 # gpu.version_tuple, gpu.compare_versions, ... still find them here).
+from ansible_collections.llmops.serving.plugins.module_utils.bounded_run import DEFAULT_MAX_BYTES, run_bounded
 from ansible_collections.llmops.serving.plugins.module_utils.cuda_compat import (
     FAMILY_MIN_DRIVER,
     compare_versions,
@@ -563,27 +562,17 @@ def find_nvidia_smi(explicit=None, env_path=None, extra_dirs=("/usr/bin", "/usr/
 
 
 def run_command(argv, timeout):
-    """Run argv with a hard timeout; kill its whole process group on expiry.
+    """Run argv with a hard timeout and a read limit (bounded_run.DEFAULT_MAX_BYTES); kill its whole process
+    group on either (an nvidia-smi that never stops writing counts as timed out: its output is no answer).
 
     Returns (rc, stdout, stderr, timed_out).
     """
     env = dict(os.environ)
     env["LC_ALL"] = "C"
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return proc.returncode, to_text(out), to_text(err), False
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            out, err = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:
-            out, err = b"", b""
-        return proc.returncode, to_text(out), to_text(err), True
+    rc, out, err, timed_out, overflowed = run_bounded(argv, timeout, env=env)
+    if overflowed:
+        err = to_text(err) + "\n(output stopped after %d bytes: nvidia-smi kept writing)" % DEFAULT_MAX_BYTES
+    return rc, to_text(out), to_text(err), timed_out or overflowed
 
 
 def to_text(data):

@@ -18,6 +18,8 @@ import re
 import socket
 import time
 
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import brief
+
 STATES = ("ready", "drain", "maint")
 # HAProxy's proxy and server names: letters, digits, '-', '_', '.' and ':'. Anything else (a space, ';', a
 # newline) would end the runtime API command and start another.
@@ -194,12 +196,12 @@ def _is_number(value):
 def check_arguments(socket_path, backend, server, state, drain_timeout, healthy_timeout, poll_interval):
     """Refuse what HAProxy or the waits cannot take, naming the option: RuntimeApiError."""
     if not isinstance(socket_path, str) or not socket_path or "\0" in socket_path or "\n" in socket_path:
-        raise RuntimeApiError("socket must be the path of HAProxy's admin socket (no NUL or newline), got %r"
-                              % (socket_path,))
+        raise RuntimeApiError("socket must be the path of HAProxy's admin socket (no NUL or newline), got %s"
+                              % brief(socket_path))
     for option, value in (("backend", backend), ("server", server)):
         if not isinstance(value, str) or not _NAME_RE.match(value):
-            raise RuntimeApiError("%s %r: HAProxy names hold only letters, digits, '-', '_', '.' and ':' (%s)"
-                                  % (option, value, _HINT))
+            raise RuntimeApiError("%s %s: HAProxy names hold only letters, digits, '-', '_', '.' and ':' (%s)"
+                                  % (option, brief(value), _HINT))
     if state not in STATES:
         raise RuntimeApiError("state must be one of %s, not %r" % (", ".join(STATES), state))
     for option, value in (("drain_timeout", drain_timeout), ("healthy_timeout", healthy_timeout)):

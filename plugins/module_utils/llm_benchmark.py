@@ -17,12 +17,16 @@ from __future__ import absolute_import, division, print_function
 
 import http.client as http_client
 import json
+import math
 import random
 import socket
 import threading
 import time
 import uuid
 from urllib.parse import urlsplit
+
+from ansible_collections.llmops.serving.plugins.module_utils.env_file import parse_env_text
+from ansible_collections.llmops.serving.plugins.module_utils.secrets import SecretError, check_secret, scrub
 
 __metaclass__ = type
 
@@ -41,6 +45,16 @@ CALIBRATION_WORDS = (48, 192)
 WARMUP_MAX_TOKENS = 8
 MAX_ERROR_MESSAGES = 10
 REDACTED = "<redacted>"
+# Read limits (documented in the module): one SSE line, a whole streamed answer, a plain body (/v1/models,
+# /metrics, /slots), a key or env file. A server past them gets an error for that request, not our memory.
+MAX_LINE_BYTES = 1024 * 1024
+MAX_STREAM_BYTES = 256 * 1024 * 1024
+MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_FILE_BYTES = 1024 * 1024
+# Option ranges: (low, high); a value outside is refused naming the option.
+OPTION_RANGES = {"timeout": (0.001, 86400.0), "busy_wait": (0.0, 86400.0), "busy_poll": (0.001, 3600.0)}
+RUN_RANGES = {"prompt_tokens": 10 ** 7, "max_tokens": 10 ** 7, "concurrency": 1024, "requests": 10 ** 6}
+MAX_WARMUP = 1000
 
 # Plain words the tokenizers of common models split into one or two tokens each.
 WORDS = (
@@ -62,70 +76,98 @@ class BenchmarkError(Exception):
 # --- the API key --------------------------------------------------------------------------------------------
 
 def parse_env_file(text):
-    """{name: value} of a systemd EnvironmentFile: KEY=VALUE lines, '#' and ';' comments, values in single
-    or double quotes (backslash escapes inside double quotes), a trailing backslash continues a line."""
-    values = {}
-    logical = []
-    pending = ""
-    for raw in text.splitlines():
-        if raw.endswith("\\") and not raw.endswith("\\\\"):
-            pending += raw[:-1]
-            continue
-        logical.append(pending + raw)
-        pending = ""
-    if pending:
-        logical.append(pending)
-    for line in logical:
-        line = line.strip()
-        if not line or line[0] in "#;" or "=" not in line:
-            continue
-        name, value = line.split("=", 1)
-        values[name.strip()] = _unquote(value.strip())
-    return values
-
-
-def _unquote(value):
-    if len(value) >= 2 and value[0] == value[-1] == "'":
-        return value[1:-1]
-    if len(value) >= 2 and value[0] == value[-1] == '"':
-        out = []
-        chars = iter(value[1:-1])
-        for char in chars:
-            if char == "\\":
-                escaped = next(chars, "")
-                out.append({"n": "\n", "t": "\t"}.get(escaped, escaped))
-            else:
-                out.append(char)
-        return "".join(out)
-    return value
+    """{name: value} of an env file, read as serving writes it (module_utils/env_file.py: the one reader)."""
+    return parse_env_text(text)
 
 
 def read_api_key(api_key=None, api_key_file=None, env_file=None, api_key_env=None, engine="llama.cpp"):
     """The key from one of: api_key; api_key_file (llama-server's --api-key-file: the first line that is
     neither empty nor a '#' comment); env_file's api_key_env variable (default per engine). None if none."""
-    if api_key:
-        return api_key
-    if api_key_file:
-        for line in _read_text(api_key_file, "api_key_file").splitlines():
-            line = line.strip()
-            if line and not line.startswith("#"):
-                return line
-        raise BenchmarkError("api_key_file %s holds no key" % api_key_file)
-    if env_file:
-        variable = api_key_env or DEFAULT_KEY_VARIABLE.get(engine, "VLLM_API_KEY")
-        key = parse_env_file(_read_text(env_file, "env_file")).get(variable)
-        if not key:
-            raise BenchmarkError("env_file %s does not set %s" % (env_file, variable))
-        return key
+    try:
+        if api_key:
+            return check_secret(api_key, "api_key")
+        if api_key_file:
+            for line in _read_text(api_key_file, "api_key_file").splitlines():
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    return check_secret(line, "the key in api_key_file %s" % api_key_file)
+            raise BenchmarkError("api_key_file %s holds no key" % api_key_file)
+        if env_file:
+            variable = api_key_env or DEFAULT_KEY_VARIABLE.get(engine, "VLLM_API_KEY")
+            key = parse_env_file(_read_text(env_file, "env_file")).get(variable)
+            if not key:
+                raise BenchmarkError("env_file %s does not set %s" % (env_file, variable))
+            return check_secret(key, "%s in env_file %s" % (variable, env_file))
+    except SecretError as exc:
+        raise BenchmarkError(str(exc)) from None
     return None
 
 
+def check_options(timeout=300.0, busy_wait=120.0, busy_poll=5.0, warmup_requests=2, runs=None):
+    """The numeric options in range (finite; a NaN or inf timeout would never end a request)."""
+    values = {"timeout": timeout, "busy_wait": busy_wait, "busy_poll": busy_poll}
+    for name, (low, high) in sorted(OPTION_RANGES.items()):
+        value = values[name]
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or not low <= value <= high:
+            raise BenchmarkError("%s must be a number of seconds from %g to %g, got %r"
+                                 % (name, low, high, value))
+    if not isinstance(warmup_requests, int) or not 0 <= warmup_requests <= MAX_WARMUP:
+        raise BenchmarkError("warmup_requests must be from 0 to %d, got %r" % (MAX_WARMUP, warmup_requests))
+    for index, run in enumerate(runs or ()):
+        if not isinstance(run, dict):
+            raise BenchmarkError("runs[%d] must be a mapping (prompt_tokens, max_tokens, concurrency, "
+                                 "requests)" % index)
+        for key, high in sorted(RUN_RANGES.items()):
+            value = run.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 1 <= value <= high):
+                raise BenchmarkError("runs[%d].%s must be from 1 to %d, got %r" % (index, key, high, value))
+
+
 def _read_text(path, option):
+    """A key or env file's text: a regular file (never a FIFO that blocks, nor a device), at most
+    MAX_FILE_BYTES, UTF-8."""
+    import os
+    import stat
     try:
-        with open(path) as handle:
-            return handle.read()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except (IOError, OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise BenchmarkError("cannot read %s %s: %s" % (option, path, reason)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BenchmarkError("%s %s is not a regular file" % (option, path))
+        data = os.read(fd, MAX_FILE_BYTES + 1)
     except (IOError, OSError) as exc:
         raise BenchmarkError("cannot read %s %s: %s" % (option, path, exc.strerror or exc)) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise BenchmarkError("%s %s is larger than %d bytes: not a key file" % (option, path, MAX_FILE_BYTES))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BenchmarkError("%s %s is not UTF-8 text" % (option, path)) from None
+
+
+def _shutdown(sock):
+    """The watchdog of a request's total deadline: shutting the socket down wakes a blocked read at once
+    (a server that sends one byte a second never lets an idle timeout fire)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, socket.error, ValueError):
+        pass
+
+
+class _Watchdog:
+    def __init__(self, sock, seconds):
+        self.timer = threading.Timer(max(seconds, 0.0), _shutdown, [sock])
+        self.timer.daemon = True
+        self.timer.start()
+
+    def cancel(self):
+        self.timer.cancel()
 
 
 # --- HTTP ---------------------------------------------------------------------------------------------------
@@ -135,24 +177,47 @@ class Endpoint:
     so concurrent requests never share a socket."""
 
     def __init__(self, url, api_key=None, timeout=300.0):
-        parts = urlsplit(url.rstrip("/"))
+        if not isinstance(url, str) or any(ord(c) < 33 or ord(c) == 127 for c in url):
+            raise BenchmarkError("url must be http(s)://host[:port] without spaces or control characters")
+        try:
+            parts = urlsplit(url.rstrip("/"))
+            port = parts.port
+        except ValueError:
+            raise BenchmarkError("url must be http(s)://host[:port], got %r" % url[:200]) from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BenchmarkError("url must be http(s)://host[:port], got %r" % url)
+            raise BenchmarkError("url must be http(s)://host[:port], got %r" % url[:200])
         self.https = parts.scheme == "https"
         self.host = parts.hostname
-        self.port = parts.port
+        self.port = port
         self.prefix = parts.path
         self.api_key = api_key
         self.timeout = timeout
 
     def redact(self, text):
-        text = str(text)
-        return text.replace(self.api_key, REDACTED) if self.api_key else text
+        """`text` without the key in any form (raw, escaped as in b'Bearer ...', URL-encoded)."""
+        return scrub(str(text), self.api_key, mask=REDACTED) if self.api_key else str(text)
 
-    def open(self, method, path, body=None):
-        """(connection, response) of a request; the caller reads and closes."""
+    def open(self, method, path, body=None, deadline=None):
+        """(connection, response) of a request; the caller reads and closes (close() also ends the
+        watchdog that enforces `deadline`, time.monotonic() based: the request's total time)."""
         cls = http_client.HTTPSConnection if self.https else http_client.HTTPConnection
-        conn = cls(self.host, self.port, timeout=self.timeout)
+        deadline = time.monotonic() + self.timeout if deadline is None else deadline
+        conn = cls(self.host, self.port, timeout=max(min(self.timeout, deadline - time.monotonic()), 0.001))
+        try:
+            conn.connect()
+        except Exception:
+            conn.close()
+            raise
+        # the socket itself: http.client drops conn.sock when the answer says Connection: close
+        watchdog = _Watchdog(conn.sock, deadline - time.monotonic())
+        opening = [True]
+        close = conn.close
+
+        def close_all():
+            if not opening[0]:  # getresponse() closes conn itself: the watchdog stays until the caller's
+                watchdog.cancel()
+            close()
+        conn.close = close_all
         headers = {"Accept": "application/json, text/event-stream"}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -161,16 +226,26 @@ class Endpoint:
         payload = None if body is None else json.dumps(body).encode("utf-8")
         try:
             conn.request(method, self.prefix + path, body=payload, headers=headers)
-            return conn, conn.getresponse()
+            response = conn.getresponse()
         except Exception:
+            opening[0] = False
             conn.close()
             raise
+        opening[0] = False
+        return conn, response
 
     def get(self, path):
-        """(status, body text) of a GET."""
-        conn, resp = self.open("GET", path)
+        """(status, body text) of a GET, within the timeout in all and at most MAX_BODY_BYTES."""
+        deadline = time.monotonic() + self.timeout
+        conn, resp = self.open("GET", path, deadline=deadline)
         try:
-            return resp.status, resp.read().decode("utf-8", "replace")
+            data = resp.read(MAX_BODY_BYTES + 1)
+            if len(data) > MAX_BODY_BYTES:
+                raise http_client.HTTPException("the answer to GET %s is larger than %d bytes"
+                                                % (path, MAX_BODY_BYTES))
+            if time.monotonic() > deadline:
+                raise socket.timeout("GET %s took longer than %s s" % (path, self.timeout))
+            return resp.status, data.decode("utf-8", "replace")
         finally:
             conn.close()
 
@@ -194,8 +269,11 @@ def default_model(endpoint):
     if status != 200:
         raise BenchmarkError("cannot list models: %s" % endpoint.redact(http_error_message(status, text)))
     try:
-        return json.loads(text)["data"][0]["id"]
-    except (ValueError, KeyError, IndexError, TypeError):
+        model = json.loads(text)["data"][0]["id"]
+        if not isinstance(model, str) or not model:
+            raise TypeError(model)
+        return model
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
         raise BenchmarkError("GET /v1/models returned no model: %s" % endpoint.redact(text[:200])) from None
 
 
@@ -214,9 +292,11 @@ def scrape_counters(endpoint, names):
         name = line.split("{", 1)[0].split(" ", 1)[0]
         if name in names:
             try:
-                totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+                value = float(line.rsplit(" ", 1)[1])
             except (ValueError, IndexError):
                 continue
+            if math.isfinite(value):
+                totals[name] = totals.get(name, 0.0) + value
     return totals
 
 
@@ -225,28 +305,42 @@ def scrape_counters(endpoint, names):
 def stream_chat(endpoint, body):
     """Send one streaming chat completion and time it. Returns a record:
     ok, error, t_start, t_first (first content or reasoning token), t_last (last one), chunks (token
-    events), usage and timings (of the last chunk that had them), all times from time.monotonic()."""
+    events), usage and timings (of the last chunk that had them), all times from time.monotonic().
+
+    `endpoint.timeout` is the request's total deadline (a watchdog shuts the socket down when it passes,
+    however slowly the server sends), one line is at most MAX_LINE_BYTES and the whole stream at most
+    MAX_STREAM_BYTES."""
     record = {"ok": False, "error": None, "t_start": time.monotonic(), "t_first": None, "t_last": None,
               "chunks": 0, "usage": None, "timings": None}
     deadline = record["t_start"] + endpoint.timeout
     conn = None
+    received = 0
     try:
-        conn, resp = endpoint.open("POST", "/v1/chat/completions", body)
+        conn, resp = endpoint.open("POST", "/v1/chat/completions", body, deadline=deadline)
         if resp.status != 200:
-            record["error"] = http_error_message(resp.status, resp.read().decode("utf-8", "replace"))
+            record["error"] = http_error_message(resp.status, resp.read(64 * 1024).decode("utf-8", "replace"))
         while record["error"] is None:
-            line = resp.readline()
-            if not line:
-                break
+            line = resp.readline(MAX_LINE_BYTES + 1)
             if time.monotonic() > deadline:
                 raise socket.timeout("request took longer than %s s" % endpoint.timeout)
+            if not line:
+                break
+            received += len(line)
+            if len(line) > MAX_LINE_BYTES:
+                raise ValueError("a stream line is longer than %d bytes" % MAX_LINE_BYTES)
+            if received > MAX_STREAM_BYTES:
+                raise ValueError("the stream is longer than %d bytes" % MAX_STREAM_BYTES)
             line = line.strip()
             if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()
             if data == b"[DONE]":
                 break
-            _take_chunk(record, json.loads(data.decode("utf-8")), time.monotonic())
+            try:
+                chunk = json.loads(data.decode("utf-8"))
+            except RecursionError:
+                raise ValueError("a stream chunk is nested too deeply") from None
+            _take_chunk(record, chunk, time.monotonic())
         if record["error"] is None:
             record["ok"] = record["t_first"] is not None
             if not record["ok"]:
@@ -255,26 +349,33 @@ def stream_chat(endpoint, body):
         record["error"] = "timeout: %s" % (str(exc) or "no data for %s s" % endpoint.timeout)
     except (socket.error, http_client.HTTPException, ValueError, AttributeError, TypeError) as exc:
         # a broken stream (bad JSON, a chunk of the wrong shape) is this request's error, not a crash
-        record["error"] = "%s: %s" % (type(exc).__name__, exc)
+        if time.monotonic() > deadline:
+            record["error"] = "timeout: request took longer than %s s" % endpoint.timeout
+        else:
+            record["error"] = "%s: %s" % (type(exc).__name__, exc)
     finally:
         if conn is not None:
             conn.close()
     if record["error"]:
         record["ok"] = False
-        record["error"] = endpoint.redact(record["error"])
+        record["error"] = endpoint.redact(record["error"])[:1000]
     return record
 
 
 def _take_chunk(record, chunk, now):
+    if not isinstance(chunk, dict):
+        raise ValueError("a stream chunk is not a JSON object")
     if chunk.get("error"):
         error = chunk["error"]
         record["error"] = "stream error: %s" % (error.get("message") if isinstance(error, dict) else error)
-    if chunk.get("usage"):
+    if isinstance(chunk.get("usage"), dict):
         record["usage"] = chunk["usage"]
-    if chunk.get("timings"):
+    if isinstance(chunk.get("timings"), dict):
         record["timings"] = chunk["timings"]
-    for choice in chunk.get("choices") or ():
-        delta = choice.get("delta") or {}
+    choices = chunk.get("choices")
+    for choice in choices if isinstance(choices, list) else ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        delta = delta if isinstance(delta, dict) else {}
         if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
             if record["t_first"] is None:
                 record["t_first"] = now
@@ -282,17 +383,37 @@ def _take_chunk(record, chunk, now):
             record["chunks"] += 1
 
 
+def _count(value):
+    """A token count the server reported: a whole number >= 0, else None (a string, NaN, a list...)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        return None
+    return int(value) if 0 <= value < 2 ** 53 else None
+
+
+def _rate(value):
+    """A rate the server reported: a finite number > 0, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int) and value > 2 ** 53:
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
 def request_metrics(record):
     """Per-request figures from a successful record: token counts from usage (chunks when absent), TTFT,
     client prefill and decode tokens/s, the server's own rates and draft counts when it returned timings."""
-    usage = record["usage"] or {}
-    timings = record["timings"] or {}
-    completion = usage.get("completion_tokens", record["chunks"])
-    prompt = usage.get("prompt_tokens")
+    usage = record["usage"] if isinstance(record["usage"], dict) else {}
+    timings = record["timings"] if isinstance(record["timings"], dict) else {}
+    completion = _count(usage.get("completion_tokens", record["chunks"]))
+    completion = record["chunks"] if completion is None else completion
+    prompt = _count(usage.get("prompt_tokens"))
     ttft = record["t_first"] - record["t_start"]
     decode_span = record["t_last"] - record["t_first"]
-    details = usage.get("prompt_tokens_details") or {}
-    cached = timings.get("cache_n", details.get("cached_tokens"))
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    cached = _count(timings.get("cache_n", details.get("cached_tokens")))
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -301,10 +422,10 @@ def request_metrics(record):
         "prefill_tps": prompt / ttft if prompt and ttft > 0 else None,
         # the first token comes from the prefill; the others are decode steps (llama-server counts alike)
         "decode_tps": (completion - 1) / decode_span if completion > 1 and decode_span > 0 else None,
-        "server_prefill_tps": timings.get("prompt_per_second") or None,
-        "server_decode_tps": timings.get("predicted_per_second") or None,
-        "draft_n": timings.get("draft_n"),
-        "draft_n_accepted": timings.get("draft_n_accepted"),
+        "server_prefill_tps": _rate(timings.get("prompt_per_second")),
+        "server_decode_tps": _rate(timings.get("predicted_per_second")),
+        "draft_n": _count(timings.get("draft_n")),
+        "draft_n_accepted": _count(timings.get("draft_n_accepted")),
     }
 
 
@@ -371,7 +492,10 @@ def run_concurrently(count, concurrency, work):
                 if not queue:
                     return
                 index = queue.pop(0)
-            results[index] = work(index)
+            try:
+                results[index] = work(index)
+            except Exception as exc:  # a request's failure is its record, never a dead thread
+                results[index] = {"ok": False, "error": "%s: %s" % (type(exc).__name__, str(exc)[:300])}
 
     threads = [threading.Thread(target=worker) for _thread in range(min(concurrency, count))]
     start = time.monotonic()
@@ -503,7 +627,8 @@ class Benchmark:
     def _probe(self, words, points):
         """A warm-up of `words` words; its usage.prompt_tokens becomes a calibration point."""
         record = self.send(words, WARMUP_MAX_TOKENS)
-        prompt_tokens = (record["usage"] or {}).get("prompt_tokens")
+        usage = record["usage"] if isinstance(record["usage"], dict) else {}
+        prompt_tokens = _count(usage.get("prompt_tokens"))
         if record["ok"] and prompt_tokens:
             points.append((words, prompt_tokens))
         else:
@@ -529,6 +654,7 @@ def benchmark(url, engine="llama.cpp", model=None, api_key=None, runs=None, warm
     Raises BenchmarkError when it cannot start (bad options, no model, no warm-up answered)."""
     if engine not in ENGINES:
         raise BenchmarkError("engine must be one of %s, got %r" % (", ".join(ENGINES), engine))
+    check_options(timeout=timeout, warmup_requests=warmup_requests, runs=runs)
     runs = normalize_runs(runs)
     endpoint = Endpoint(url, api_key, timeout)
     model = model or default_model(endpoint)

@@ -25,6 +25,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.llmops.serving.plugins.module_utils import memory_plan_llama_cpp, memory_plan_vllm
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_checks import (
+    InputError,
+    check_gpu_entries,
+    check_instance,
+    check_options,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_common import (  # noqa: F401
     GIB,
     MIB,
@@ -81,14 +87,20 @@ def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, ba
     or n_gpu_layers 0) is planned in host memory against host_memory_mib. A vLLM instance with `nodes` (and
     `ray_cluster`) runs on a Ray cluster: it is planned on every GPU of every node (plan_vllm_cluster), not on
     `gpus`. Returns (plans by name, messages, refusals)."""
-    if isinstance(gpus, dict):
-        gpus = gpus.get("gpus") or []  # the whole llmops_gpus fact
+    try:
+        check_options(overhead_mib, min_headroom_mib, host_memory_mib)
+        gpus = check_gpu_entries(gpus)  # the whole llmops_gpus fact or its list
+        if instances is not None and not isinstance(instances, list):
+            raise InputError("instances must be a list of instance mappings")
+        names = [check_instance(inst, n) for n, inst in enumerate(instances or [])]
+    except InputError as exc:
+        raise PlanError(str(exc)) from None
     node = {"gpus": gpus or [], "basis": basis, "overhead_mib": overhead_mib,
             "min_headroom_mib": min_headroom_mib, "host_memory_mib": host_memory_mib, "read_gguf": read_gguf,
             "summarize_vllm": summarize_vllm}
     plans, messages, refusals = {}, [], []
     for n, inst in enumerate(instances or []):
-        name = str(inst.get("name") or "instance%d" % n)
+        name = names[n]
         engine = str(inst.get("engine") or DEFAULT_ENGINE).lower()
         planner = engine_planner(engine, name)
         unknown = planner.model_not_on_node(inst)
@@ -96,10 +108,26 @@ def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, ba
             # A check-mode first run, or a model the model role does not manage yet: nothing to plan from.
             plan = not_planned(name, engine, unknown)
         else:
-            plan = planner.plan_entry(inst, name, node)
+            plan = _plan_entry(planner, inst, name, node)
             plan.setdefault("planned", True)
         plans[name] = plan
         messages.append(plan["message"])
         if plan.get("refusal"):
             refusals.append(plan["refusal"])
     return plans, messages, refusals
+
+
+def _plan_entry(planner, inst, name, node):
+    """planner.plan_entry, with an input of a shape nothing foresaw refused in one line naming the instance
+    (never a traceback)."""
+    try:
+        return planner.plan_entry(inst, name, node)
+    except PlanError:
+        raise
+    except InputError as exc:
+        raise PlanError(str(exc)) from None
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError,
+            OverflowError) as exc:
+        raise PlanError("instance %s: cannot plan with the model and settings given (%s: %s); give "
+                        "gguf_info's result as model (or model_path / model_dir) and the engine's settings"
+                        % (name, type(exc).__name__, str(exc)[:200])) from None

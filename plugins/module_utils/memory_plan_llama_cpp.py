@@ -17,12 +17,17 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import math
 import os
 
 from ansible_collections.llmops.serving.plugins.module_utils.llama_cpp_spec import (
     DEFAULT_CACHE_TYPE,
     draft_cache_types,
     spec_types,
+)
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_checks import (
+    MAX_PARALLEL,
+    check_model_numbers,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_common import (
     MIB,
@@ -378,7 +383,7 @@ def _fractions(value, count):
         fractions = [float(v) for v in value]
     except (TypeError, ValueError):
         raise PlanError("tensor_split must be numbers, got %r" % (value,)) from None
-    if len(fractions) != count or any(f < 0 for f in fractions) or not sum(fractions):
+    if len(fractions) != count or any(not math.isfinite(f) or f < 0 for f in fractions) or not sum(fractions):
         raise PlanError("tensor_split %s does not match the instance's %d GPU(s): give one non-negative "
                         "share per GPU" % (",".join("%g" % f for f in fractions), count))
     return fractions
@@ -578,6 +583,18 @@ def _llama_core(model, gpus, settings, overhead_mib, min_headroom_mib, basis):
     return s, fractions, derived, rows, host, fits
 
 
+def context_warnings(model, s, name):
+    """llama.cpp's own warning when a sequence's context is above the model's trained context
+    (llama_context: "n_ctx_seq (...) > n_ctx_train (...) -- possible training context overflow")."""
+    trained = int(model.get("context_length") or 0)
+    if trained and s["ctx_seq"] > trained:
+        return ["instance %s: the context per sequence (%d) is above the model's trained context (%d): "
+                "llama.cpp warns of a possible training context overflow (answers past %d tokens degrade "
+                "unless the model is meant to be extended, e.g. with rope scaling)"
+                % (name, s["ctx_seq"], trained, trained)]
+    return []
+
+
 def _largest(fits, low, high, step=1):
     """Largest value in [low, high] (multiples of step) for which fits(value) holds, or 0 (fits is
     monotonic: true up to a point)."""
@@ -617,7 +634,8 @@ def plan_llama_cpp(model, gpus, settings, name="instance", overhead_mib=DEFAULT_
 
     ctx_limit = max(int(model.get("context_length") or 0), s["ctx_size"])
     max_ctx = _largest(lambda c: fits_with(ctx_size=c), CTX_PAD, ctx_limit, CTX_PAD)
-    max_parallel = _largest(lambda p: fits_with(parallel=p), 1, max(64, s["parallel"]))
+    # llama.cpp's own limit, not a guess: 99 slots fit a 27B model on the L20 line
+    max_parallel = _largest(lambda p: fits_with(parallel=p), 1, MAX_PARALLEL)
     plan = {
         "name": name, "engine": "llama.cpp", "fits": fits,
         "ctx_size": s["ctx_size"], "parallel": s["parallel"], "kv_unified": s["kv_unified"],
@@ -626,6 +644,7 @@ def plan_llama_cpp(model, gpus, settings, name="instance", overhead_mib=DEFAULT_
         "pipeline_parallel": any(r.get("pipeline_copies") for r in rows),
         "total_bytes": sum(r["total"] for r in rows),
         "max_ctx_size": max_ctx, "max_parallel": max_parallel,
+        "warnings": context_warnings(model, s, name),
     }
     plan["message"] = "%s: %s; host %s" % (name, ", ".join(
         "GPU %s %s used, %s headroom" % (r["index"], mib_text(r["total"]),
@@ -655,6 +674,7 @@ def plan_llama_cpp_host(model, settings, name="instance", host_memory_mib=None,
         "tensor_split": None, "tensor_split_derived": False, "pipeline_parallel": False,
         "host": host, "host_memory_mib": host_memory_mib, "host_headroom_mib": headroom, "gpus": [],
         "total_bytes": host["total"], "max_ctx_size": None, "max_parallel": None, "suggestions": [],
+        "warnings": context_warnings(model, s, name),
     }
     if fits is not None:
         def fits_host(**changes):
@@ -665,7 +685,7 @@ def plan_llama_cpp_host(model, settings, name="instance", host_memory_mib=None,
             return int(host_memory_mib) - int((used + MIB - 1) // MIB) >= int(min_headroom_mib)
         limit = max(int(model.get("context_length") or 0), s["ctx_size"])
         plan["max_ctx_size"] = _largest(lambda c: fits_host(ctx_size=c), CTX_PAD, limit, CTX_PAD)
-        plan["max_parallel"] = _largest(lambda p: fits_host(parallel=p), 1, max(64, s["parallel"]))
+        plan["max_parallel"] = _largest(lambda p: fits_host(parallel=p), 1, MAX_PARALLEL)
     plan["message"] = "%s: host memory %s used%s" % (
         name, mib_text(host["total"]),
         "" if headroom is None else ", {:,} MiB headroom of {:,} MiB".format(headroom, int(host_memory_mib)))
@@ -758,6 +778,7 @@ def plan_entry(inst, name, node):
     if not indexes or int_setting(settings, "n_gpu_layers", -1) == 0:
         if not isinstance(model, dict):
             raise PlanError("instance %s: model must be gguf_info's result (a dict) or model_path" % name)
+        check_model_numbers(model, name)
         headroom = node.get("min_headroom_mib")
         options = {} if headroom is None else {"min_headroom_mib": headroom}
         return plan_llama_cpp_host(model, settings, name=name, host_memory_mib=node.get("host_memory_mib"),
@@ -765,5 +786,6 @@ def plan_entry(inst, name, node):
     chosen, others = chosen_gpus(name, indexes, node["gpus"])
     if not isinstance(model, dict):
         raise PlanError("instance %s: model must be gguf_info's result (a dict)" % name)
+    check_model_numbers(model, name)
     return plan_llama_cpp(model, chosen, settings, name=name,
                           **plan_options(node, other_gpus=others, basis=node["basis"]))

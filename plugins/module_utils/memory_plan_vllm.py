@@ -19,6 +19,7 @@ __metaclass__ = type
 import json
 import os
 
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_checks import check_model_numbers
 from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_common import (
     MIB,
     PlanError,
@@ -400,5 +401,6 @@ def plan_entry(inst, name, node):
         return not_planned(name, ENGINE, why)
     if not isinstance(model, dict):
         raise PlanError("instance %s: model must be gguf_info's result (a dict)" % name)
+    check_model_numbers(model, name)
     return plan_vllm(model, chosen, settings, name=name,
                      **plan_options(node, other_gpus=others, basis=node["basis"]))

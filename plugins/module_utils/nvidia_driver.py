@@ -56,6 +56,8 @@ import fnmatch
 import os
 import re
 
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import brief
+
 STAGES = ("detect", "before_installer", "final")
 REBOOT_POLICIES = ("auto", "true", "false")
 # Device nodes a program opens to use an NVIDIA GPU (CUDA: nvidiactl, nvidia-uvm and nvidia<N>; an X server:
@@ -69,6 +71,21 @@ NOUVEAU_BLOCKS_INSTALLER = "the nouveau module is loaded and the NVIDIA installe
 
 def _text(value):
     return "" if value is None else str(value)
+
+
+# An NVIDIA driver version as the packages and /sys/module/nvidia/version spell it (570.133.20, 535.54.03).
+DRIVER_VERSION_RE = re.compile(r"^[0-9]{2,4}(\.[0-9]{1,4}){1,3}$")
+
+
+def wanted_driver_version(value):
+    """nvidia_driver_version as the node spells its driver: surrounding whitespace dropped (a trailing
+    newline from a file lookup asked to install the driver that was already loaded), then it must look like
+    a driver version; ValueError names the setting otherwise."""
+    text = _text(value).strip()
+    if not DRIVER_VERSION_RE.match(text):
+        raise ValueError("nvidia_driver_version must be a driver version such as 570.133.20, got %s"
+                         % brief(value))
+    return text
 
 
 def _true(value):
@@ -128,7 +145,7 @@ def driver_plan(wanted_version, stage, gpus=None, loaded_module="", nouveau_load
     """
     if stage not in STAGES:
         raise ValueError("stage must be one of %s, got %r" % (", ".join(STAGES), stage))
-    wanted_version = _text(wanted_version)
+    wanted_version = wanted_driver_version(wanted_version)
     loaded_module = _text(loaded_module).strip()
     installed_module = _text(installed_module).strip()
     wanted_loaded = wanted_driver_loaded(wanted_version, gpus)
@@ -171,7 +188,7 @@ def normal_reboot_policy(value):
         return "true"
     if text in ("0", "false", "no", "off", "n", "f"):
         return "false"
-    raise ValueError("nvidia_driver_allow_reboot must be auto, true or false, got %r" % (value,))
+    raise ValueError("nvidia_driver_allow_reboot must be auto, true or false, got %s" % brief(value))
 
 
 def read_gpu_processes(proc_root="/proc", ignore=()):

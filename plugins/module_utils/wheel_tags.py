@@ -19,8 +19,10 @@ from __future__ import absolute_import, division, print_function
 import json
 import os
 import re
-import subprocess
 import zipfile
+from zlib import error as zlib_error
+
+from ansible_collections.llmops.serving.plugins.module_utils.bounded_run import run_bounded
 
 __metaclass__ = type
 
@@ -33,16 +35,29 @@ PROBE_CODE = ("import json, platform, sys; print(json.dumps({'implementation': "
               "'executable': sys.executable}))")
 
 
+# Limits (documented in the module): a wheel's METADATA read at most this far (its headers come first; a
+# METADATA that inflates to gigabytes is cut there), a version part at most this many digits (Python 3.11+
+# refuses int() of 4,300 digits), the interpreter probe at most this long.
+MAX_METADATA_BYTES = 1024 * 1024
+MAX_VERSION_DIGITS = 64
+PROBE_TIMEOUT_S = 30
+PROBE_MAX_BYTES = 64 * 1024
+
+
 class WheelTagError(ValueError):
     """A wheel name or a Requires-Python specifier that cannot be read."""
 
 
 def version_tuple(text):
     """'3.11.7' -> (3, 11, 7); pre-release and local parts are dropped ('3.13.0rc1' -> (3, 13, 0))."""
-    match = re.match(r"^\s*v?(\d+(?:\.\d+)*)", str(text))
+    match = re.match(r"^\s*v?(\d+(?:\.\d+)*)", str(text)[:4096])
     if not match:
-        raise WheelTagError("not a version: %r" % (text,))
-    return tuple(int(part) for part in match.group(1).split("."))
+        raise WheelTagError("not a version: %r" % (str(text)[:80],))
+    parts = match.group(1).split(".")
+    if len(parts) > 32 or any(len(part) > MAX_VERSION_DIGITS for part in parts):
+        raise WheelTagError("not a version (a part of more than %d digits, or more than 32 parts): %r"
+                            % (MAX_VERSION_DIGITS, str(text)[:80]))
+    return tuple(int(part) for part in parts)
 
 
 def dotted(version):
@@ -75,9 +90,17 @@ def requires_python_from_wheel(path):
     try:
         with zipfile.ZipFile(path) as wheel:
             names = [n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-            metadata = wheel.read(names[0]).decode("utf-8", "replace") if names else None
-    except zipfile.BadZipFile as error:
-        raise WheelTagError("%s is not a wheel (zip): %s" % (path, error)) from error
+            metadata = None
+            if names:
+                # bounded: a METADATA that inflates to gigabytes is read to MAX_METADATA_BYTES (the headers,
+                # Requires-Python among them, come first)
+                with wheel.open(names[0]) as member:
+                    metadata = member.read(MAX_METADATA_BYTES).decode("utf-8", "replace")
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError, OSError,
+            ValueError, KeyError, UnicodeError, OverflowError, zlib_error) as error:
+        # corrupt, truncated, encrypted (RuntimeError), an unknown compression (NotImplementedError)...
+        raise WheelTagError("%s is not a readable wheel (zip): %s: %s" % (path, type(error).__name__,
+                                                                        str(error)[:200])) from None
     if metadata is None:
         raise WheelTagError("%s has no .dist-info/METADATA" % path)
     for line in metadata.splitlines():
@@ -120,6 +143,9 @@ def unmet_requires_python(specifier, version):
 
 def _tag_version(digits):
     """'38' -> (3, 8), '311' -> (3, 11), '3' -> (3,)."""
+    if len(digits) > MAX_VERSION_DIGITS:
+        raise WheelTagError("not a python tag version (more than %d digits): %r" % (MAX_VERSION_DIGITS,
+                                                                                     digits[:80]))
     return (int(digits[0]),) + ((int(digits[1:]),) if len(digits) > 1 else ())
 
 
@@ -239,13 +265,18 @@ def glibc_version(confstr=None, run=None):
 
 
 def _run(argv):
+    """(rc, stdout, stderr) of argv, within PROBE_TIMEOUT_S and PROBE_MAX_BYTES (an interpreter that hangs or
+    never stops printing is killed: rc 124 with the reason in stderr)."""
     try:
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   universal_newlines=True)
-    except OSError as error:
+        rc, out, err, timed_out, overflowed = run_bounded(argv, PROBE_TIMEOUT_S, PROBE_MAX_BYTES)
+    except (OSError, ValueError) as error:
         return 127, "", str(error)
-    out, err = process.communicate()
-    return process.returncode, out, err
+    out, err = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    if timed_out:
+        return 124, out, "did not answer within %d s" % PROBE_TIMEOUT_S
+    if overflowed:
+        return 124, out[-200:], "printed more than %d bytes" % PROBE_MAX_BYTES
+    return rc, out, err
 
 
 def probe_python(python, run=None):

@@ -92,10 +92,15 @@ from ansible_collections.llmops.serving.plugins.module_utils.disk_plan import ( 
     plan,
     report,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             writes=dict(type="list", elements="dict", default=[]),
             candidates=dict(type="list", elements="path", default=["/home", "/srv", "/data", "/opt", "/var"]),
@@ -104,6 +109,11 @@ def main():
         ),
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "disk_space"):
+        _run(module)
+
+
+def _run(module):
     p = module.params
     try:
         writes = normal_writes(p["writes"])

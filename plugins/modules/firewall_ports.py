@@ -137,6 +137,10 @@ from ansible_collections.llmops.serving.plugins.module_utils.firewall import (  
     wanted_rules,
     write_record,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 
 
 def run(module, cmd, args):
@@ -155,7 +159,8 @@ def layer(module, cmd, zone, permanent):
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             owner=dict(type="str", required=True),
             ports=dict(type="list", elements="str", default=[]),
@@ -167,6 +172,11 @@ def main():
         ),
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "firewall_ports"):
+        _run(module)
+
+
+def _run(module):
     p = module.params
     result = dict(changed=False, running=False, zone="", wanted=[], added=[], removed=[], commands=[])
     try:

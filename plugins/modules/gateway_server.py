@@ -133,10 +133,15 @@ from ansible_collections.llmops.serving.plugins.module_utils.haproxy_runtime imp
     RuntimeApiError,
     apply_state,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             socket=dict(type="path", default="/run/haproxy/llmops-admin.sock"),
             backend=dict(type="str", required=True),
@@ -149,6 +154,11 @@ def main():
         ),
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "gateway_server"):
+        _run(module)
+
+
+def _run(module):
     p = module.params
     try:
         result = apply_state(RuntimeApi(p["socket"]), p["backend"], p["server"], p["state"],

@@ -454,10 +454,15 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_messages i
     hide_url_query,
     scrub,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             path=dict(type="path"),
             url=dict(type="str"),
@@ -493,6 +498,11 @@ def main():
         required_by={"url_query": ("url",)},
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "gguf_info"):
+        _run(module)
+
+
+def _run(module):
     hide_url_query(module)
     p = module.params
     if gguf_remote.is_remote(p):

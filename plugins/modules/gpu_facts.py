@@ -303,10 +303,15 @@ from ansible_collections.llmops.serving.plugins.module_utils.gpu import (  # noq
     faulty_warnings,
     is_wanted,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             nvidia_smi_path=dict(type="path"),
             timeout=dict(type="int", default=15),
@@ -320,6 +325,11 @@ def main():
         ),
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "gpu_facts"):
+        _run(module)
+
+
+def _run(module):
     p = module.params
     if p["timeout"] < 1:
         module.fail_json(msg="timeout must be at least 1 second, got %d" % p["timeout"])

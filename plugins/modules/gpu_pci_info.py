@@ -120,16 +120,26 @@ from ansible_collections.llmops.serving.plugins.module_utils.gpu_pci import (  #
     report,
     summary,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             sysfs_root=dict(type="path", default="/sys"),
             expected=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "gpu_pci_info"):
+        _run(module)
+
+
+def _run(module):
     try:
         expected = normal_expected(module.params["expected"])
     except PciError as exc:

@@ -220,10 +220,15 @@ from ansible_collections.llmops.serving.plugins.module_utils.llama_cpp_build imp
     source_identity,
     speed_args,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             source_type=dict(type="str", default="git", choices=["git", "archive", "dir"]),
             git_repo=dict(type="str"),
@@ -252,6 +257,11 @@ def main():
         ),
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "llama_cpp_build_info"):
+        _run(module)
+
+
+def _run(module):
     p = module.params
     try:
         if p["keep_builds"] < 2:

@@ -238,10 +238,15 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils import llm_benchmark, llm_load  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             url=dict(type="str", required=True),
             engine=dict(type="str", default="llama.cpp", choices=list(llm_benchmark.ENGINES)),
@@ -267,6 +272,11 @@ def main():
         required_by={"api_key_env": "env_file"},
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "llm_benchmark"):
+        _run(module)
+
+
+def _run(module):
     p = module.params
     try:
         key = llm_benchmark.read_api_key(p["api_key"], p["api_key_file"], p["env_file"], p["api_key_env"],

@@ -342,11 +342,20 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_options im
     OPTIONS,
     argument_spec,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), add_file_common_args=True, supports_check_mode=True,
-                           **OPTION_RULES)
+    module = new_module(AnsibleModule, argument_spec=argument_spec(), add_file_common_args=True,
+                        supports_check_mode=True, **OPTION_RULES)
+    with unexpected_failure(module, "model_download"):
+        _run(module)
+
+
+def _run(module):
     params = dict((name, module.params[name]) for name in OPTIONS)
     token = module.params["token"]
     hide_url_query(module)

@@ -295,6 +295,10 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_messages i
     DownloadError,
     scrub,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.snapshot import run  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.snapshot_options import (  # noqa: E402
     OPTIONS,
@@ -303,7 +307,13 @@ from ansible_collections.llmops.serving.plugins.module_utils.snapshot_options im
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), add_file_common_args=True, supports_check_mode=True)
+    module = new_module(AnsibleModule, argument_spec=argument_spec(), add_file_common_args=True,
+                        supports_check_mode=True)
+    with unexpected_failure(module, "model_snapshot"):
+        _run(module)
+
+
+def _run(module):
     params = dict((name, module.params[name]) for name in OPTIONS)
     token = module.params["token"]
 

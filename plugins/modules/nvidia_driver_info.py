@@ -187,6 +187,10 @@ busy_units:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (  # noqa: E402
     STAGES,
     driver_plan,
@@ -207,7 +211,8 @@ def installed_module_version(module):
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             wanted_version=dict(type="str", required=True),
             stage=dict(type="str", choices=list(STAGES), default="final"),
@@ -221,16 +226,24 @@ def main():
         ),
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "nvidia_driver_info"):
+        _run(module)
+
+
+def _run(module):
     p = module.params
-    plan = driver_plan(
-        p["wanted_version"],
-        p["stage"],
-        gpus=p["gpus"],
-        loaded_module=read_loaded_module(p["sysfs_module_dir"]),
-        nouveau_loaded=read_nouveau_loaded(p["sysfs_module_dir"]),
-        installed_module=installed_module_version(module) if p["stage"] == "before_installer" else "",
-    )
     try:
+        for name in ("sysfs_module_dir", "proc_root"):
+            if "\x00" in p[name]:
+                raise ValueError("%s must be a path without NUL bytes" % name)
+        plan = driver_plan(
+            p["wanted_version"],
+            p["stage"],
+            gpus=p["gpus"],
+            loaded_module=read_loaded_module(p["sysfs_module_dir"]),
+            nouveau_loaded=read_nouveau_loaded(p["sysfs_module_dir"]),
+            installed_module=installed_module_version(module) if p["stage"] == "before_installer" else "",
+        )
         policy = normal_reboot_policy(p["reboot_policy"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))

@@ -136,13 +136,18 @@ from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_common 
 from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_vllm import (  # noqa: E402
     vllm_model_summary,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.safetensors_remote import (  # noqa: E402
     remote_summary,
 )
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             path=dict(type="path"),
             repo=dict(type="str"),
@@ -160,6 +165,11 @@ def main():
         required_one_of=[("path", "repo")],
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "safetensors_info"):
+        _run(module)
+
+
+def _run(module):
     p = module.params
     token = p["token"]
     try:

@@ -147,8 +147,14 @@ plans:
       C(gpus) (per GPU C(index), C(name), C(layers) [first, last], C(weights), C(kv), C(draft_kv),
       C(recurrent), C(compute), C(draft_compute), C(pipeline_copies) (the graph-input copies of pipeline
       parallelism), C(overhead), C(total) in bytes and C(headroom_mib)), C(pipeline_parallel),
-      C(total_bytes), C(max_ctx_size) (the largest context that fits at this parallel), C(max_parallel),
-      C(message), C(refusal) (null when it fits) and C(suggestions).
+      C(total_bytes), C(max_ctx_size) (the largest context that fits at this parallel), C(max_parallel)
+      (searched up to llama.cpp's limit of 256 slots), C(message), C(refusal) (null when it fits),
+      C(suggestions) and C(warnings) (a context per sequence above the model's trained context, as llama.cpp
+      warns; each is also a task warning).
+    - Inputs are checked before planning - C(parallel) -1 (auto) or 1 to 256, C(batch_size) and
+      C(ubatch_size) at least 1, C(tensor_split) shares finite and not negative, C(tensor_parallel_size)
+      and C(pipeline_parallel_size) at least 1, C(gpu_memory_utilization) above 0 and at most 1, GPU
+      memory and context lengths finite whole numbers - and a refusal names the instance and the setting.
     - C(planned) is false (and C(fits) null) when the model cannot be read on the node yet (a check-mode first
       run, a model directory without C(config.json) layer counts or weights); C(message) says why.
     - Host-memory llama.cpp plans (no GPUs) have C(device) V(host), C(gpus) empty, C(host) with the
@@ -186,10 +192,15 @@ from ansible_collections.llmops.serving.plugins.module_utils.memory_plan import 
     PlanError,
     plan_instances,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             instances=dict(type="list", elements="dict", required=True),
             gpus=dict(type="raw", required=True),
@@ -201,6 +212,11 @@ def main():
         ),
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "serving_plan"):
+        _run(module)
+
+
+def _run(module):
     p = module.params
     try:
         plans, messages, refusals = plan_instances(p["instances"], p["gpus"], overhead_mib=p["overhead_mib"],
@@ -209,6 +225,9 @@ def main():
                                                    host_memory_mib=p["host_memory_mib"])
     except (PlanError, GGUFError) as exc:
         module.fail_json(msg=str(exc), changed=False)
+    for plan in plans.values():
+        for warning in plan.get("warnings") or ():
+            module.warn(warning)
     result = dict(changed=False, plans=plans, messages=messages, refusals=refusals)
     if refusals and p["fail_on_refusal"]:
         module.fail_json(msg=" | ".join(refusals), **result)

@@ -127,6 +127,10 @@ python:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.wheel_tags import (  # noqa: E402
     WheelTagError,
     check,
@@ -140,7 +144,8 @@ from ansible_collections.llmops.serving.plugins.module_utils.wheel_tags import (
 
 
 def main():
-    module = AnsibleModule(
+    module = new_module(
+        AnsibleModule,
         argument_spec=dict(
             python=dict(type="str", default="python3"),
             wheel=dict(type="str"),
@@ -150,6 +155,11 @@ def main():
         mutually_exclusive=[("wheel", "tags")],
         supports_check_mode=True,
     )
+    with unexpected_failure(module, "wheel_compat_info"):
+        _run(module)
+
+
+def _run(module):
     params = module.params
     try:
         tags = (parse_wheel_filename(params["wheel"])["tags"] if params["wheel"]

@@ -14,6 +14,10 @@ from __future__ import absolute_import, division, print_function
 import re
 from collections import OrderedDict
 
+from ansible_collections.llmops.serving.plugins.module_utils.env_file import (  # noqa: F401 (re-exported)
+    env_lines,
+    systemd_env_quote,
+)
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 
 __metaclass__ = type
@@ -84,22 +88,6 @@ def check_env(env, mode="host", systemd_version=None, instance="instance"):
     return out
 
 
-def systemd_env_quote(value):
-    """One value for an EnvironmentFile= line: in double quotes, with backslash, double quote, dollar and
-    backquote escaped by a backslash.
-
-    Every systemd version reads these four escapes back as the character (older ones unescape any character,
-    newer ones exactly these), the rest is literal (no %-specifiers, no $VAR expansion in env files), a
-    newline inside the quotes is part of the value, and the line is also valid POSIX sh (`. file`).
-    """
-    out = str(value)
-    for char in ("\\", '"', "$", "`"):
-        out = out.replace(char, "\\" + char)
-    return '"%s"' % out
-
-
 def env_file_lines(env, mode="host"):
     """The assignment lines of an env file (already checked with :func:`check_env` for `mode`)."""
-    if mode == "container":
-        return ["%s=%s" % (name, value) for name, value in env.items()]
-    return ["%s=%s" % (name, systemd_env_quote(value)) for name, value in env.items()]
+    return env_lines(env, mode)

@@ -32,6 +32,7 @@ import re
 import shlex
 
 from ansible_collections.llmops.serving.plugins.module_utils import cuda_compat
+from ansible_collections.llmops.serving.plugins.module_utils.secrets import secret_problem
 from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags, vllm_flags
 from ansible_collections.llmops.serving.plugins.plugin_utils.container import (
     CONTAINER_KEY_FILE,
@@ -65,6 +66,9 @@ RAY_NUM_GPUS_VAR = "ray_cluster_num_gpus"
 GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+# A control character in anything the unit carries would end its line there: the rest becomes a directive
+# of its own (ExecStartPre=, Environment=, User=...). systemd has no way to quote a newline in a unit line.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def engine_flags(engine):
@@ -408,6 +412,56 @@ def _instance_env(raw, name, mode, gpu_list, systemd_version, flags):
     return env
 
 
+def check_api_keys(api_keys):
+    """serving_api_keys: every key a usable secret (module_utils/secrets.py, the collection's one rule: no
+    whitespace or control character, e.g. a trailing newline from a vault lookup). The refusal names the
+    instance, never the key. Empty values mean "no key" and pass."""
+    if api_keys is None:
+        return
+    if not isinstance(api_keys, dict):
+        raise ServingError("serving_api_keys must be a mapping of instance names to keys")
+    for name in sorted(api_keys, key=str):
+        value = api_keys[name]
+        if value is None or value == "":
+            continue
+        problem = secret_problem(str(value) if is_number(value) else value, "serving_api_keys[%s]" % name)
+        if problem:
+            raise ServingError(problem)
+
+
+def _unit_text(value, setting, name):
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _unit_text(item, "%s[%d]" % (setting, index), name)
+    elif isinstance(value, dict):
+        for key in value:
+            _unit_text(str(key), "%s (a key)" % setting, name)
+            _unit_text(value[key], "%s.%s" % (setting, key), name)
+    elif isinstance(value, str) and _CONTROL_RE.search(value):
+        raise ServingError(
+            "instance %s: %s contains a control character (a newline?); it would become a line of its own in "
+            "the systemd unit. Remove it (the value is not shown here)" % (name, setting))
+
+
+def check_unit_values(raw, settings, name, host, model_path, served, argv, env, build):
+    """Everything user-given that the unit renders (its comment, Description=, Environment=, ExecStart=, the
+    docker run line): no control character, each refusal naming the setting (issue 23)."""
+    _unit_text(host, "host", name)
+    _unit_text(raw.get("model"), "model", name)
+    _unit_text(model_path, "the model's path", name)
+    _unit_text(served, "served_model_name", name)
+    for key in sorted(settings or {}, key=str):
+        _unit_text(str(key), "a settings key", name)
+        _unit_text(settings[key], "setting %s" % key, name)
+    _unit_text(raw.get("extra_args"), "extra_args", name)
+    for key, value in (env or {}).items():
+        _unit_text(str(key), "an env name of the build fact", name)
+        _unit_text(value, "env %s of the build fact" % key, name)
+    for key in ("build_id", "version", "binary", "image"):
+        _unit_text(build.get(key), "the build fact's %s" % key, name)
+    _unit_text(list(argv), "an argument of the command line", name)
+
+
 def _build_env(build, instance_env, name, flags):
     """The build fact's runtime-wide env minus the keys the instance's own env overrides."""
     build_env = build.get("env") or {}
@@ -428,7 +482,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
                    key_dir="/etc/llama-server", unit_prefix=None, binary_override=None, mode_override=None,
                    image_override=None, systemd_version=None, default_engine=DEFAULT_ENGINE, timeouts=None,
                    fronted_by_proxy=False, running_units=(), hostvars=None, groups=None,
-                   inventory_hostname=None):
+                   inventory_hostname=None, api_keys=None):
     """Resolve every instance of a host. Returns a list of dicts (no secrets in them).
 
     Per-engine arguments are mappings keyed by engine (llama.cpp, vllm): `defaults` (settings), `builds`
@@ -444,10 +498,15 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
     role writes them (always written, empty when there is no env, so a removed variable is removed there too).
     An instance with `ray_cluster` (vLLM on a Ray cluster, see ray_settings) is checked against the cluster's
     nodes, read from `hostvars`/`groups` (Ansible's; `inventory_hostname` is the head): without them only a
-    warning says the cluster could not be checked.
+    warning says the cluster could not be checked. `api_keys` (serving_api_keys) is only checked (each key a
+    usable secret, see check_api_keys), never put in a plan; without `api_key_names` its names with a key
+    are those. Every value the unit renders is checked for control characters (check_unit_values).
     """
     if not isinstance(instances, (list, tuple)):
         raise ServingError("serving_instances must be a list of instance mappings")
+    check_api_keys(api_keys)
+    if api_keys and not api_key_names:
+        api_key_names = [key for key, value in api_keys.items() if value]
     api_key_names = set(api_key_names or ())
     running_units = set(running_units or ())
     names, ports, owners = set(), {}, {}
@@ -459,6 +518,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
         build = by_engine(builds, engine, "the build facts") or {}
         port = _instance_port(raw, name, ports)
         host = str(raw.get("host") or "127.0.0.1")
+        _unit_text(host, "host", name)  # before any message quotes it
         has_key = name in api_key_names
         _check_bind(name, host, has_key, flags, fronted_by_proxy, raw.get("accept_exposure"))
         gpu_list = normalize_gpus(raw.get("gpus"), gpus, "instance %s" % name)
@@ -510,6 +570,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
         if cuda["decision"] == cuda_compat.FORWARD_COMPAT and flags.FORWARD_COMPAT_ENV:
             env.update(flags.FORWARD_COMPAT_ENV)
         runner = _runner(name, mode, build, override, flags, engine)
+        check_unit_values(raw, settings, name, host, model_path, served, argv, env, build)
         plan = dict([
             ("name", name),
             ("engine", engine),
@@ -562,6 +623,9 @@ def instance_env_file(instances, name, mode="host", systemd_version=None, api_ke
             env = dict(_instance_env(raw, name, mode, raw.get("gpus"), systemd_version, flags))
             key = (api_keys or {}).get(name)
             if flags.API_KEY_ENV and key:
+                problem = secret_problem(key, "serving_api_keys[%s]" % name)
+                if problem:  # the env file would carry it, and its reader would split it (never shown)
+                    raise ServingError(problem)
                 env[flags.API_KEY_ENV] = key
             env = check_env(env, mode, systemd_version, "instance %s" % name)
             return "".join(line + "\n" for line in env_file_lines(env, mode))

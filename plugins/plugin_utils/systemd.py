@@ -17,6 +17,7 @@ from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors impo
 __metaclass__ = type
 
 _SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 # linux/capability.h: CAP_SYS_RESOURCE, which systemd needs to raise RLIMIT_MEMLOCK above PID 1's hard limit.
@@ -39,7 +40,12 @@ def memlock_limit(pid1_status, wanted):
 
 
 def systemd_quote(arg):
-    """Quote one argument for an ExecStart= line (systemd 219+ rules: "...", \\ escapes, %% and $$)."""
+    """Quote one argument for an ExecStart= line (systemd 219+ rules: "...", \\ escapes, %% and $$).
+    A control character is refused: a newline would end the line and start a directive of its own (the
+    planner names the setting first; this is the last guard)."""
+    if _CONTROL.search(str(arg)):
+        raise ServingError("an argument of the unit's command line contains a control character (a "
+                           "newline?); the value is not shown here")
     arg = str(arg).replace("%", "%%").replace("$", "$$")
     if arg and _SYSTEMD_SAFE.match(arg):
         return arg

@@ -29,8 +29,6 @@ try:
 except ImportError:  # pragma: no cover - Python 2 is not supported
     sys.exit("python3 is required")
 
-_ENV_ESCAPED = '"\\`$'
-
 
 def get(url, key=None):
     """-> (status code or None, body text or reason)"""
@@ -46,29 +44,103 @@ def get(url, key=None):
         return None, str(getattr(exc, "reason", exc))
 
 
-def env_file_value(path, name):
-    """`name`'s value in an env file the role wrote: NAME="..." (systemd, \\ escapes) or NAME=... (docker)."""
-    with open(path) as handle:
-        text = handle.read()
-    for line in text.split("\n"):
-        if not line.startswith(name + "="):
-            continue
-        value = line[len(name) + 1:]
-        if not value.startswith('"'):
-            return value
-        out, escaped = [], False
-        for char in value[1:]:
-            if escaped:
-                out.append(char if char in _ENV_ESCAPED else "\\" + char)
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
+# --- the reader (copied verbatim into roles/serving/files/serving-wait.py: keep it standalone) ------------
+
+def parse_env_text(text, fmt=None):
+    """{name: value} of an env file, read as its own reader reads it: `fmt` 'docker' (docker run --env-file:
+    NAME=value literal lines) or 'systemd' (EnvironmentFile=: quotes, backslash escapes, line continuations);
+    None reads the file's comments: '# llmops-env-format: docker|systemd', or role serving's header of a
+    container-mode file (it names 'docker run --env-file'); else systemd."""
+    if fmt is None:
+        fmt = "systemd"
+        for line in text.split("\n"):
+            if line.startswith("# llmops-env-format: "):
+                fmt = line[len("# llmops-env-format: "):].strip()
                 break
-            else:
-                out.append(char)
-        return "".join(out)
-    return None
+            if line.startswith("#") and "docker run --env-file" in line:
+                fmt = "docker"
+                break
+    if fmt == "docker":
+        values = {}
+        for line in text.split("\n"):
+            line = line.lstrip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            name, value = line.split("=", 1)
+            values[name.strip()] = value[:-1] if value.endswith("\r") else value
+        return values
+    return _parse_systemd_env(text)
+
+
+def _parse_systemd_env(text):
+    """systemd's env-file.c state machine for what it reads: comments (# ;), NAME=, values unquoted
+    (backslash escapes any character, trailing blanks dropped), in "..." (backslash escapes the four
+    characters SYSTEMD_ESCAPED, else stays) or in '...' (literal); a backslash-newline continues."""
+    values = {}
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        if i >= n:
+            break
+        if text[i] in "#;":
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        start = i
+        while i < n and text[i] not in "=\n":
+            i += 1
+        if i >= n or text[i] != "=":
+            continue  # a line without '=': ignored, as systemd does
+        name = text[start:i].strip()
+        i += 1
+        while i < n and text[i] in " \t":
+            i += 1
+        out = []
+        if i < n and text[i] in "\"'":
+            quote = text[i]
+            i += 1
+            while i < n and text[i] != quote:
+                if quote == '"' and text[i] == "\\" and i + 1 < n:
+                    following = text[i + 1]
+                    if following == "\n":
+                        pass
+                    elif following in '"\\`$':
+                        out.append(following)
+                    else:
+                        out.append("\\" + following)
+                    i += 2
+                    continue
+                out.append(text[i])
+                i += 1
+            i += 1
+            # anything after the closing quote up to the end of the line is appended, as systemd does
+            while i < n and text[i] != "\n":
+                if text[i] not in " \t\r":
+                    out.append(text[i])
+                i += 1
+            value = "".join(out)
+        else:
+            while i < n and text[i] != "\n":
+                if text[i] == "\\" and i + 1 < n:
+                    if text[i + 1] != "\n":
+                        out.append(text[i + 1])
+                    i += 2
+                    continue
+                out.append(text[i])
+                i += 1
+            value = "".join(out).rstrip(" \t\r")
+        if name:
+            values[name] = value
+    return values
+
+# --- end of the reader -------------------------------------------------------------------------------------
+
+
+def env_file_value(path, name):
+    """`name`'s value in an env file the role wrote, read as its own reader (systemd or docker) reads it."""
+    with open(path) as handle:
+        return parse_env_text(handle.read()).get(name)
 
 
 def read_key(args):
