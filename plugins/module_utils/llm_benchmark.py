@@ -22,7 +22,6 @@ import random
 import socket
 import threading
 import time
-import uuid
 from urllib.parse import urlsplit
 
 from ansible_collections.llmops.serving.plugins.module_utils.env_file import parse_env_text
@@ -431,11 +430,18 @@ def request_metrics(record):
 
 # --- prompts ------------------------------------------------------------------------------------------------
 
+# The prompt's unique id: words drawn by the system's RNG (never the seeded rng, so a repeated benchmark with
+# the same seed is still unique; ~100^12 ids). Words, not hex: a hex id tokenizes into a number of tokens
+# that varies from prompt to prompt (20 to 60 on a small vocabulary), which the calibration cannot predict.
+ID_WORDS = 12
+_ID_RNG = random.SystemRandom()
+
+
 def make_prompt(rng, n_words):
-    """A prompt no cache has seen: a 64-character random id (uuid4, never from the seeded rng, so a
-    repeated benchmark with the same seed is still unique) and n_words words chosen by rng."""
+    """A prompt no cache has seen: a random id of ID_WORDS words, then n_words words chosen by rng."""
+    ident = " ".join(_ID_RNG.choice(WORDS) for _word in range(ID_WORDS))
     words = " ".join(rng.choice(WORDS) for _word in range(max(0, n_words)))
-    return "Request %s%s.\n%s\nContinue this list of words." % (uuid.uuid4().hex, uuid.uuid4().hex, words)
+    return "Request %s.\n%s\nContinue this list of words." % (ident, words)
 
 
 class Calibration:
