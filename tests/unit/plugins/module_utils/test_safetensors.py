@@ -81,10 +81,10 @@ HOSTILE = {
 def test_crafted_headers_are_refused_fast(tmp_path, case):
     header, data, length, why = HOSTILE[case]
     path = header_file(tmp_path, header, data, length)
-    t0 = time.monotonic()
+    t0 = time.process_time()  # CPU time: a loaded machine stretches the wall clock, not the work
     with pytest.raises(st.SafetensorsError, match=why):
         st.read_local(path)
-    assert time.monotonic() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0
 
 
 def test_a_link_or_fifo_is_never_read(tmp_path, repo_dir):
