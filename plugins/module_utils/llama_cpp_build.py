@@ -272,6 +272,21 @@ def source_identity(source_type, git_repo=None, git_ref=None, archive_sha256=Non
     raise BuildError("llama_cpp_source_type must be git, archive or dir, not %r" % (source_type,))
 
 
+_FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def source_key(source):
+    """The name of a source's checkout under the build root. A git source pinned to a full commit is named by
+    the commit alone: the same commit from another URL (a mirror, another clone's local copy) is the same
+    tree, and keeping its path lets ccache hit (the compile lines and __FILE__ hold the path). Any other
+    source is named by its whole identity."""
+    ref = str(source.get("ref") or "").lower()
+    if source.get("type") == "git" and _FULL_COMMIT.match(ref):
+        return "git-" + ref[:16]
+    digest = hashlib.sha256(canonical_json(source).encode("ascii")).hexdigest()
+    return "%s-%s" % (source.get("type"), digest[:16])
+
+
 def build_identity(source, mode, args, targets, builder_image=None, runtime_image=None, platform=None):
     """The dict whose canonical JSON defines the build."""
     if mode not in ("host", "container"):

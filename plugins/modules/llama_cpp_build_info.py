@@ -139,6 +139,13 @@ identity_sha256:
   description: sha256 of the canonical JSON of RV(identity).
   returned: always
   type: str
+source_key:
+  description:
+    - Name of the source's checkout under the build root. A git source pinned to a full commit is named by the
+      commit alone (the same commit from another URL is the same tree, and the same path keeps ccache hits).
+  returned: always
+  type: str
+  sample: git-0c1e57098bba43ac
 cmake_args:
   description: CMake -D arguments that define the product.
   returned: always
@@ -218,6 +225,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.llama_cpp_build imp
     plan_links,
     ref_warning,
     source_identity,
+    source_key,
     speed_args,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
@@ -302,6 +310,7 @@ def _run(module):
         build_id=bid,
         identity=identity,
         identity_sha256=digest,
+        source_key=source_key(identity["source"]),
         cmake_args=args,
         speed_args=speed_args(p["ccache"]),
         cuda=cuda,

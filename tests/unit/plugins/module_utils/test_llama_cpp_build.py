@@ -379,3 +379,19 @@ def test_default_targets_exist_in_the_pinned_tree():
         with open(path) as f:
             found.update(re.findall(r"set\(TARGET\s+(llama-[a-z0-9-]+)\)", f.read()))
     assert set(lb.DEFAULT_TARGETS) <= found
+
+
+def test_a_pinned_commit_keeps_its_checkout_path_whatever_the_url():
+    """The same commit from a mirror or another clone's local copy is the same tree: the same path under the
+    build root, so ccache hits (compile lines and __FILE__ hold the path)."""
+    commit = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    one = lb.source_identity("git", git_repo="file:///work/ci1/.cache/llama.cpp.git", git_ref=commit)
+    two = lb.source_identity("git", git_repo="https://mirror.example/llama.cpp.git", git_ref=commit)
+    assert lb.source_key(one) == lb.source_key(two) == "git-0c1e57098bba43ac"
+    # a branch or tag names no fixed tree: the whole identity names it
+    upstream = "https://github.com/ggml-org/llama.cpp"
+    branch = lb.source_key(lb.source_identity("git", git_repo=upstream, git_ref="master"))
+    assert branch.startswith("git-") and branch != lb.source_key(
+        lb.source_identity("git", git_repo="https://mirror.example/llama.cpp.git", git_ref="master"))
+    archive = lb.source_identity("archive", archive_sha256="a" * 64)
+    assert lb.source_key(archive).startswith("archive-")
