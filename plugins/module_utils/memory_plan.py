@@ -31,13 +31,13 @@ from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_checks 
     check_instance,
     check_options,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_common import (  # noqa: F401
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_common import (  # noqa: F401  pylint: disable=unused-import
     GIB,
     MIB,
     PlanError,
     not_planned,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_llama_cpp import (  # noqa: F401
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_llama_cpp import (  # noqa: F401  pylint: disable=unused-import
     DEFAULT_MIN_HEADROOM_MIB,
     DEFAULT_OVERHEAD_MIB,
     assign_layers,
@@ -50,7 +50,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_llama_c
     recurrent_bytes_per_row,
     row_bytes,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_vllm import (  # noqa: F401
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_vllm import (  # noqa: F401  pylint: disable=unused-import
     DEFAULT_VLLM_OVERHEAD_MIB,
     plan_vllm,
     plan_vllm_cluster,

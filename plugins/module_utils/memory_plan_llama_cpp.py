@@ -86,7 +86,6 @@ def row_bytes(type_name, n_elements):
     return (int(n_elements) + block - 1) // block * size
 
 
-
 def _per_layer(value, il, default=None):
     """A gguf_info field that is a scalar or a per-layer list."""
     if isinstance(value, list):
@@ -473,7 +472,6 @@ def _place(model, s, positions, n_devices):
     return devices, host, layers_on
 
 
-
 def _placement_positions(model, s, settings, gpus, fractions):
     n_layer_all = len(_layer_kinds(model))
     ngl = settings.get("n_gpu_layers")
@@ -608,7 +606,6 @@ def _largest(fits, low, high, step=1):
         else:
             hi = mid - 1
     return lo * step
-
 
 
 def plan_llama_cpp(model, gpus, settings, name="instance", overhead_mib=DEFAULT_OVERHEAD_MIB,

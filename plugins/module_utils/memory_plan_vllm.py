@@ -329,7 +329,6 @@ def plan_vllm_cluster(model, nodes, settings, name="instance", overhead_mib=DEFA
     return plan
 
 
-
 # ---------------------------------------------------------------------------------------------------------
 # The engine's part of memory_plan.plan_instances
 

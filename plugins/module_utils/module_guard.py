@@ -67,8 +67,9 @@ def new_module(factory, **kwargs):
         sys.stdout = real
         msg = ("the module arguments do not match the module's options (a number, string or list where a "
                "mapping of options is expected?): %s: %s" % (type(exc).__name__, str(exc)[:300]))
-        print(json.dumps({"failed": True, "changed": False, "msg": scrub(msg, *secrets)}))
-        sys.exit(1)
+        # no AnsibleModule to call fail_json on: its JSON result written as fail_json writes it
+        real.write(json.dumps({"failed": True, "changed": False, "msg": scrub(msg, *secrets)}) + "\n")
+        raise SystemExit(1) from None
     finally:
         if sys.stdout is captured:
             sys.stdout = real

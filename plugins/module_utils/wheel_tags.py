@@ -99,8 +99,8 @@ def requires_python_from_wheel(path):
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError, OSError,
             ValueError, KeyError, UnicodeError, OverflowError, zlib_error) as error:
         # corrupt, truncated, encrypted (RuntimeError), an unknown compression (NotImplementedError)...
-        raise WheelTagError("%s is not a readable wheel (zip): %s: %s" % (path, type(error).__name__,
-                                                                        str(error)[:200])) from None
+        raise WheelTagError("%s is not a readable wheel (zip): %s: %s"
+                            % (path, type(error).__name__, str(error)[:200])) from None
     if metadata is None:
         raise WheelTagError("%s has no .dist-info/METADATA" % path)
     for line in metadata.splitlines():
@@ -144,8 +144,8 @@ def unmet_requires_python(specifier, version):
 def _tag_version(digits):
     """'38' -> (3, 8), '311' -> (3, 11), '3' -> (3,)."""
     if len(digits) > MAX_VERSION_DIGITS:
-        raise WheelTagError("not a python tag version (more than %d digits): %r" % (MAX_VERSION_DIGITS,
-                                                                                     digits[:80]))
+        raise WheelTagError("not a python tag version (more than %d digits): %r"
+                            % (MAX_VERSION_DIGITS, digits[:80]))
     return (int(digits[0]),) + ((int(digits[1:]),) if len(digits) > 1 else ())
 
 

@@ -14,7 +14,7 @@ from __future__ import absolute_import, division, print_function
 import re
 from collections import OrderedDict
 
-from ansible_collections.llmops.serving.plugins.module_utils.env_file import (  # noqa: F401 (re-exported)
+from ansible_collections.llmops.serving.plugins.module_utils.env_file import (  # noqa: F401  pylint: disable=unused-import
     env_lines,
     systemd_env_quote,
 )

@@ -34,7 +34,7 @@ def memlock_limit(pid1_status, wanted):
     hard = re.search(r"Max locked memory\s+\S+\s+(\S+)", text)
     if not capeff or not hard:
         raise ServingError("cannot tell the locked-memory limit PID 1 allows: no %s in /proc/1/status and "
-                         "/proc/1/limits" % ("CapEff line" if not capeff else "Max locked memory line"))
+                           "/proc/1/limits" % ("CapEff line" if not capeff else "Max locked memory line"))
     can_raise = (int(capeff.group(1), 16) >> CAP_SYS_RESOURCE) & 1 == 1
     return wanted if can_raise or hard.group(1) == "unlimited" else hard.group(1)
 

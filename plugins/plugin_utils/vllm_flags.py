@@ -36,7 +36,7 @@ from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import (
     without_none,
 )
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import VllmArgsError, is_number
-from ansible_collections.llmops.serving.plugins.plugin_utils.vllm_preflight import (  # noqa: F401
+from ansible_collections.llmops.serving.plugins.plugin_utils.vllm_preflight import (  # noqa: F401  pylint: disable=unused-import
     preflight,  # the engine's GPU and Ray layout checks, which instance_plan calls
 )
 
@@ -93,6 +93,7 @@ OPEN_PATHS = "/metrics, /invocations, /pause, /update_weights and the other path
 # vLLM's own wait for its engine core (vllm/envs.py of the pinned wheel, default 600 s): the unit sets it to
 # TimeoutStartSec so a long CUDA graph capture is not cut short by vLLM before systemd gives up.
 READY_TIMEOUT_ENV = "VLLM_ENGINE_READY_TIMEOUT_S"
+
 
 # Rows are flag_table.entry (kinds documented there); a "bool" of vLLM is argparse.BooleanOptionalAction,
 # whose negative is always --no-<flag>.
