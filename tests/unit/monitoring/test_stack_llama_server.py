@@ -61,6 +61,11 @@ def running(tmp_path_factory):
         # Counters move when a request ends; the per-position counter appears with the first accepted draft.
         node.wait_for('llmops:instance:generation_tokens:rate{llm_instance="tiny-llama"} > 0', timeout=120)
         node.wait_for("llamacpp:spec_decode_num_accepted_tokens_per_pos_total", timeout=120)
+        # The fake vLLM beside it: its rates too (two samples with traffic between them; a loaded machine
+        # scrapes later than the window assumes).
+        node.wait_for('llmops:instance:generation_tokens:rate{llm_instance="tiny-vllm"} > 0', timeout=120)
+        node.wait_for('llmops:instance:decode_tokens_per_second:per_stream{llm_instance="tiny-vllm"}',
+                      timeout=120)
         yield node
     finally:
         node.close()
