@@ -25,7 +25,6 @@ import os
 import pkgutil
 import resource
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from ansible_collections.llmops.serving.plugins import modules as modules_pkg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fixtures.fake_hub.helpers import Hung, fails_fast
 from tests.unit.plugins.module_utils.test_memory_plan import l20, llama_8b
 from tests.unit.plugins.modules.test_gguf_module import capture_module_kwargs
 
@@ -230,10 +230,6 @@ def cases(draw, name, spec, root):
 
 # --- running one module as Ansible does, bounded ----------------------------------------------------------
 
-class Overrun(BaseException):
-    """Raised by the alarm: BaseException, so no module's `except Exception` can swallow it."""
-
-
 def _loopback_only(real):
     def guarded(host, *args, **kwargs):
         text = host.decode("ascii", "replace") if isinstance(host, bytes) else str(host)
@@ -245,21 +241,18 @@ def _loopback_only(real):
 
 @contextmanager
 def _bounded(seconds, memory):
-    def alarm(_signum, _frame):
-        raise Overrun()
-    previous = signal.signal(signal.SIGALRM, alarm)
+    """The module's address space capped at what the test process uses now plus `memory`, and its time at
+    `seconds` (the fake hub's alarm: fails_fast raises Hung)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     with open("/proc/self/statm") as handle:
         used = int(handle.read().split()[0]) * resource.getpagesize()
     limit = used + memory
     soft_limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
     resource.setrlimit(resource.RLIMIT_AS, (soft_limit, hard))
-    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        yield
+        with fails_fast(seconds):
+            yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
@@ -282,7 +275,7 @@ def run_in_process(name, args, check_mode, cwd, monkeypatch):
             module.main()
     except SystemExit as exc:
         code = exc.code
-    except Overrun:
+    except Hung:
         pytest.fail("%s ran longer than %g s with %s" % (name, WALL_S, _show(args)))
     except BaseException as exc:  # a traceback: exactly what must never happen
         import traceback
