@@ -5,9 +5,12 @@
 """No-op benchmark: a second site.yml that changes nothing, beside a cold one, on the local demo.
 
 1. cold: `tests/demo/run.sh down`, then `tests/demo/run.sh up` - a new node container (systemd, fake 4x L20),
-   its prepare playbook, then site.yml from nothing: driver check, llama.cpp build (the machine's ccache, as
-   bin/llmops-dev keeps it), model download from the loopback hub, the unit, validate's measurement;
-2. no-op: `tests/demo/run.sh up` again - site.yml on the node as the first run left it.
+   its prepare playbook, then site.yml from nothing: driver check, llama.cpp build, model download from the
+   loopback hub, the unit, validate's measurement. The build starts from an empty ccache of its own (under
+   --logs) and a build directory inside the new container, as a user's first run on a new box does: the
+   machine's ccache and the demo's build directory (.cache/ci-llama), which the tests keep warm, would make
+   "cold" a rebuild from cache (--warm-ccache measures that instead, and says so);
+2. no-op: `tests/demo/run.sh up` again - site.yml on the node as the first run left it (same ccache setting).
 
 Both with ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks, their output kept in --logs (cold.log,
 noop.log). Only site.yml's own duration counts (profile_tasks' running total at its end; the prepare playbook
@@ -15,7 +18,8 @@ of the cold run is not part of it). Goal: the no-op run takes at most 3% of the 
 (changed=0 on the node) and fails nothing. Prints both durations, the ratio, the no-op run's plays and its
 slowest tasks (where the time of a run that does nothing still goes).
 
-Usage: python -m bench noop [--logs DIR] [--goal 0.03] [--noop-only] [--parse-only]
+Usage: python -m bench noop [--logs DIR] [--goal 0.03] [--warm-ccache] [--noop-only] [--parse-only]
+  --warm-ccache the cold run's build reuses the machine's ccache (a developer's second demo, not a first run)
   --noop-only   keep the demo as it is (it must be up): only the no-op run, compared with cold.log in --logs
   --parse-only  run nothing: compare cold.log and noop.log in --logs (a run made earlier, or elsewhere)
 Needs docker, the test image llmops-test/debian12 and what `bin/llmops-dev demo` needs (tests/demo/run.sh);
@@ -36,11 +40,14 @@ HOST = "llmops-local-node"
 # site.yml's last play (playbooks/validate.yml): the run that has it is site.yml's, not the prepare playbook's
 LAST_PLAY = "Benchmark the serving instances, write the reports on the controller and gate on the figures"
 DEMO = os.path.join(ROOT, "tests", "demo", "run.sh")
+# Not a mounted path: the build directory lives and dies with the demo's node container.
+COLD_BUILD_ROOT = "/var/tmp/llmops-bench-build"
 
 
-def run_logged(argv, log_path):
+def run_logged(argv, log_path, extra_env=None):
     """Run argv with profile_tasks on, its output to the terminal and to log_path; (returncode, seconds)."""
     env = dict(os.environ)
+    env.update(extra_env or {})
     callbacks = [c for c in env.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if c]
     if "ansible.posix.profile_tasks" not in callbacks:
         callbacks.append("ansible.posix.profile_tasks")
@@ -98,17 +105,29 @@ def main(argv=None):
     parser.add_argument("--goal", type=float, default=0.03)
     parser.add_argument("--noop-only", action="store_true")
     parser.add_argument("--parse-only", action="store_true")
+    parser.add_argument("--warm-ccache", action="store_true")
     args = parser.parse_args(argv)
     os.makedirs(args.logs, exist_ok=True)
     cold_log, noop_log = os.path.join(args.logs, "cold.log"), os.path.join(args.logs, "noop.log")
+    # tests/demo/run.sh mounts $LLMOPS_CI_CACHE/ccache into the node and the local inventory builds with it:
+    # a cache directory of the benchmark's own makes the first run's compile a real one.
+    env, extra = {}, []
+    if not args.warm_ccache:
+        env["LLMOPS_CI_CACHE"] = os.path.join(os.path.abspath(args.logs), "cache")
+        extra = ["-e", "llama_cpp_build_root=" + COLD_BUILD_ROOT]
     if not args.parse_only:
         if not args.noop_only:
             subprocess.check_call([DEMO, "down"], cwd=ROOT)
-            rc, wall = run_logged([DEMO, "up"], cold_log)
+            if not args.warm_ccache:
+                subprocess.check_call(["rm", "-rf", env["LLMOPS_CI_CACHE"]])
+                os.makedirs(os.path.join(env["LLMOPS_CI_CACHE"], "ccache"))
+            print("cold run: %s" % ("the machine's ccache (--warm-ccache)" if args.warm_ccache
+                                    else "an empty ccache in %s" % env["LLMOPS_CI_CACHE"]))
+            rc, wall = run_logged([DEMO, "up"] + extra, cold_log, env)
             print("cold: exit %d after %.0f s (container, prepare and site.yml)" % (rc, wall))
             if rc:
                 sys.exit("the cold run failed: see %s" % cold_log)
-        rc, wall = run_logged([DEMO, "up"], noop_log)
+        rc, wall = run_logged([DEMO, "up"] + extra, noop_log, env)
         print("no-op: exit %d after %.0f s" % (rc, wall))
         if rc:
             sys.exit("the no-op run failed: see %s" % noop_log)

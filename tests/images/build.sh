@@ -61,6 +61,9 @@ for unit in getty.target console-getty.service systemd-udevd.service systemd-ude
             systemd-firstboot.service systemd-remount-fs.service; do
   ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
 done
+# Test nodes live for one scenario: dpkg need not fsync every file it unpacks (Docker's own Debian images once
+# shipped the same setting), which matters when three scenarios install compilers at once on two cores.
+echo force-unsafe-io >"$rootfs/etc/dpkg/dpkg.cfg.d/llmops-test-unsafe-io"
 echo "llmops-test" >"$rootfs/etc/hostname"
 : >"$rootfs/etc/machine-id"
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb

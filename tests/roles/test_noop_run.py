@@ -118,19 +118,21 @@ def test_gpu_host_stage_decides_from_the_gpus_preflight_read_in_the_same_run():
 # --- role serving: the services, once per run ---------------------------------------------------------
 
 def test_serving_reads_the_services_once_per_run_and_again_after_a_unit_started():
-    memory_read = "Read which units run now (a running instance's GPUs count as free, its restart frees them)"
-    reads = [task("roles/serving/tasks/plan.yml", "Read which units run now")["when"],
-             task("roles/serving/tasks/memory_plan.yml", memory_read)["when"]]
-    for when in reads:
+    # plan.yml and memory_plan.yml both read systemd through systemd.yml (one module call)
+    for tasks_file in ("plan.yml", "memory_plan.yml"):
+        imports = [t for t in load_yaml(os.path.join(ROOT, "roles", "serving", "tasks", tasks_file))
+                   if t.get("ansible.builtin.import_tasks") == "systemd.yml"]
+        assert len(imports) == 1, tasks_file
+    read = task("roles/serving/tasks/systemd.yml", "Read systemd on the node (the services that run now, its "
+                "version, what PID 1 may grant)")
+    keep = task("roles/serving/tasks/systemd.yml", "Keep what systemd said for the rest of the run")
+    assert "llmops.serving.systemd_info" in read and read["register"] == "_serving_systemd_read"
+    for when in (read["when"], keep["when"]):
         # the fact cache may hold services from days ago: not enough
-        assert holds(role_templar(ROOT, {"ansible_facts": {"services": {}}}), when)
+        assert holds(role_templar(ROOT, {"_serving_systemd": {"running_units": []}}), when)
         assert not holds(role_templar(ROOT, {"_serving_services_fresh": True}), when)
-    # each read is followed by the set_fact that marks it fresh
-    assert task("roles/serving/tasks/plan.yml", "Resolve the instances into unit plans (refuses bad settings "
-                "and env, shared GPUs, exposed binds)")["ansible.builtin.set_fact"]["_serving_services_fresh"]
-    assert task("roles/serving/tasks/memory_plan.yml", "Gather what the planner needs for each instance "
-                "(merged settings, model metadata, GPUs in order)")["ansible.builtin.set_fact"][
-                    "_serving_services_fresh"] is True
+    # the read is followed by the set_fact that marks it fresh
+    assert keep["ansible.builtin.set_fact"]["_serving_services_fresh"] is True
     publish = [t for t in load_yaml(os.path.join(ROOT, "roles", "serving", "tasks", "record.yml"))
                if "llmops_deployments" in (t.get("ansible.builtin.set_fact") or {})][0]
     expr = publish["ansible.builtin.set_fact"]["_serving_services_fresh"]
@@ -177,6 +179,33 @@ def test_the_models_stage_reuses_the_header_preflight_read_of_the_same_unchanged
     else:
         variables["_model_gguf"] = dict(HEADER, block_count=5)
         assert role_templar(ROOT, variables).template("{{ _model_gguf_info }}")["block_count"] == 5
+
+
+def _stat(name, exists):
+    return {"_model_item": dict(MODEL, name=name), "stat": {"exists": exists}}
+
+
+@pytest.mark.parametrize("over, on_node", [
+    ({"_model_header_stat": {"results": [_stat("other", False), _stat("tiny", True)]}}, True),
+    ({"_model_header_stat": {"results": [_stat("tiny", False)]}}, False),            # not there yet
+    ({}, False),                                                                    # role run alone
+    ({"_model_header_stat": {"results": [_stat("tiny", True)]}, "model_update": True}, False),
+    ({"_model_header_stat": {"results": [_stat("tiny", True)]}, "model_force_verify": True}, False),
+    ({"_model_header_stat": {"results": [{"_model_item": MODEL, "skipped": True}]}}, False),
+])
+def test_a_model_already_on_the_node_is_checked_in_one_task_not_an_async_job(over, on_node):
+    templar = role_templar(os.path.join(ROOT, "roles", "model"), _model_vars(**over))
+    assert holds(templar, "_model_on_node | bool") is on_node
+    present = task("roles/model/tasks/model.yml", "Check the model already on the node against its "
+                   "verification record: {{ _model_item.name }}")
+    start = task("roles/model/tasks/model.yml", "Start the download as an async job (resumes a partial "
+                 "download, verifies sha256): {{ _model_item.name }}")
+    templar = role_templar(os.path.join(ROOT, "roles", "model"),
+                           _model_vars(ansible_check_mode=False, **over))
+    assert holds(templar, present["when"]) is on_node
+    assert holds(templar, start["when"]) is (not on_node)
+    # the same module arguments either way (one anchor)
+    assert present["llmops.serving.model_download"] == start["llmops.serving.model_download"]
 
 
 # --- role llama_cpp: the manifest it has -------------------------------------------------------------------

@@ -35,15 +35,17 @@ def test_the_default_is_auto_and_the_module_gets_the_policy_and_what_runs():
         assert args["busy_units"] == "{{ nvidia_driver_reboot_busy_units }}"
         assert args["ignore_processes"] == "{{ nvidia_driver_reboot_ignore_processes }}"
         assert args["running_units"] == "{{ _nvidia_driver_running_units }}"
-        facts_at = next(i for i, t in enumerate(tasks) if "ansible.builtin.service_facts" in t)
+        facts_at = next(i for i, t in enumerate(tasks) if "llmops.serving.systemd_info" in t)
+        assert tasks[facts_at]["register"] == "_nvidia_driver_systemd"
         assert facts_at < tasks.index(decide)
 
 
-def test_running_units_come_from_service_facts():
-    services = {"sshd.service": {"state": "running"}, "llama-server-q.service": {"state": "running"},
-                "vllm-old.service": {"state": "stopped"}}
-    r = el7(ansible_facts={"services": services})
+def test_running_units_come_from_systemd_info():
+    read = {"running_units": ["llama-server-q.service", "sshd.service"]}
+    r = el7(_nvidia_driver_systemd=read)
     assert sorted(r.var("_nvidia_driver_running_units")) == ["llama-server-q.service", "sshd.service"]
+    # policy not auto: the read was skipped, nothing counts as running
+    assert el7(_nvidia_driver_systemd={"skipped": True}).var("_nvidia_driver_running_units") == []
 
 
 def test_the_role_reboots_and_stops_by_the_decision_not_by_the_raw_variable():

@@ -52,7 +52,7 @@ def _set_fact_expr(name):
 
 def render_plan(variables, systemctl_version="systemd 252 (252.38-1~deb12u1)"):
     variables = dict(variables)
-    variables["_serving_systemctl"] = {"stdout": systemctl_version}
+    variables["_serving_systemd"] = {"version_text": systemctl_version, "running_units": []}
     templar = _templar(variables)
     version_expr = _set_fact_expr("_serving_systemd_version")
     variables["_serving_systemd_version"] = templar.template(version_expr)

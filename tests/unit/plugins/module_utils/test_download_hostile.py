@@ -250,6 +250,7 @@ def test_role_hides_every_task_that_can_carry_the_token():
                 if "ansible.builtin.async_status" in t or "llmops.serving.model_download" in t
                 or "llmops.serving.download_wait" in t
                 or any("_model_download_async" in str(v) or "_model_download_check" in str(v)
+                       or "_model_download_present" in str(v)
                        for k, v in t.items() if k in ("ansible.builtin.set_fact",))]
     names = [t["name"] for t in carrying]
     assert len([t for t in carrying if "ansible.builtin.async_status" in t]) == 1, names

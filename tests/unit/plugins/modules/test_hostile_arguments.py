@@ -204,6 +204,7 @@ def _working(name, root):
         "nvidia_driver_info": {"wanted_version": "570.133.20", "gpus": {"present": True, "count": 1},
                                "sysfs_module_dir": root, "proc_root": root},
         "safetensors_info": {"path": gguf},
+        "systemd_info": {"systemctl": fifo, "proc_root": root, "timeout": 2},
         "serving_plan": {"gpus": [l20(0), l20(1)], "host_memory_mib": 65536, "instances": [
             {"name": "a", "gpus": [0, 1], "model": llama_8b(),
              "settings": {"ctx_size": 8192, "parallel": 2, "tensor_split": [1, 1], "batch_size": 512}},

@@ -1,0 +1,121 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: systemd_info
+short_description: Read systemd on the node - the services that run now, its version, what PID 1 may grant
+version_added: "0.7.0"
+description:
+  - Runs C(systemctl list-units --type=service --state=running) once and returns the names of the running
+    services, as the keys of C(ansible_facts.services) whose state is C(running) would be; with them the
+    output of C(systemctl --version) and the text of C(/proc/1/status) and C(/proc/1/limits).
+  - One module call for what role serving's planner reads each run (three tasks before), and used instead
+    of M(ansible.builtin.service_facts) where only the running services are needed (the driver's reboot
+    policy C(auto), the memory planner) - service_facts also lists every unit file and runs
+    C(service --status-all), which calls every SysV script's status and took over a minute on a loaded node.
+  - Decisions from these are made on the controller (C(plugins/plugin_utils/systemd.py)); the reading is in
+    C(plugins/module_utils/systemd_units.py). Read-only.
+options:
+  systemctl:
+    description:
+      - The systemctl to run; by default the one on the node's PATH.
+    type: path
+  timeout:
+    description:
+      - Seconds each systemctl call may take before the module fails saying so.
+    type: int
+    default: 30
+  proc_root:
+    description:
+      - Where the node's proc filesystem is mounted (PID 1's status and limits are read there).
+    type: path
+    default: /proc
+author:
+  - llmops.serving developers (@llmops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - llmops.serving.attributes.read_only
+"""
+
+EXAMPLES = r"""
+- name: Read which units run now, systemd's version and what PID 1 may grant
+  llmops.serving.systemd_info:
+  register: running
+
+- name: Say whether the instance runs
+  ansible.builtin.debug:
+    msg: "{{ 'llama-server-qwen.service' in running.running_units }}"
+"""
+
+RETURN = r"""
+running_units:
+  description: The running services' unit names, sorted.
+  returned: success
+  type: list
+  elements: str
+  sample: ["dbus.service", "llama-server-qwen.service", "sshd.service"]
+version_text:
+  description: The output of C(systemctl --version).
+  returned: success
+  type: str
+  sample: "systemd 252 (252.36-1~deb12u1)"
+pid1_status_limits:
+  description: The text of C(/proc/1/status) followed by C(/proc/1/limits).
+  returned: success
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
+from ansible_collections.llmops.serving.plugins.module_utils.systemd_units import (  # noqa: E402
+    read_pid1,
+    read_running_units,
+    read_version,
+)
+
+
+def main():
+    module = new_module(
+        AnsibleModule,
+        argument_spec=dict(
+            systemctl=dict(type="path"),
+            timeout=dict(type="int", default=30),
+            proc_root=dict(type="path", default="/proc"),
+        ),
+        supports_check_mode=True,
+    )
+    with unexpected_failure(module, "systemd_info"):
+        _run(module)
+
+
+def _run(module):
+    timeout = module.params["timeout"]
+    if timeout < 1 or timeout > 3600:
+        module.fail_json(msg="timeout must be between 1 and 3600 seconds, not %s" % timeout)
+    systemctl = module.params["systemctl"] or module.get_bin_path("systemctl")
+    if not systemctl:
+        module.fail_json(msg="systemctl is not on the node's PATH: the collection serves under systemd "
+                             "(set systemctl to its path if it lives elsewhere)")
+    units, error = read_running_units(systemctl, timeout)
+    if not error:
+        version_text, error = read_version(systemctl, timeout)
+    if not error:
+        pid1, error = read_pid1(module.params["proc_root"])
+    if error:
+        module.fail_json(msg=error)
+    module.exit_json(changed=False, running_units=units, version_text=version_text, pid1_status_limits=pid1)
+
+
+if __name__ == "__main__":
+    main()
