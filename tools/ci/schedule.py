@@ -64,7 +64,9 @@ AFTER_COMPILE = ("molecule:llama_cpp",)
 JOBS = (
     Job("lint", ["nox", "--no-venv", "-s", "lint"], estimate=120),
     Job("sanity", ["nox", "--no-venv", "-s", "sanity"], estimate=180),
-    Job("unit", ["nox", "--no-venv", "-s", "unit"], weight=2, estimate=420),
+    # Weight 1 although it runs on both cores: with 2 it waited for two free slots, which the scenarios never
+    # left (0.6.0's warm run started it at 26:28, after every scenario, and ended with it alone for 5:41).
+    Job("unit", ["nox", "--no-venv", "-s", "unit"], estimate=420),
     _molecule("llama_cpp", weight=2, estimate=900),
     _molecule("llama_server", needs=AFTER_COMPILE, estimate=300),
     _molecule("default", needs=AFTER_COMPILE, estimate=600),
@@ -171,6 +173,23 @@ def molecule_steps(text):
     return steps
 
 
+def cpu_times(path="/proc/stat"):
+    """(all jiffies, idle jiffies) of the machine's CPUs, idle counting iowait; None where /proc is absent."""
+    try:
+        with open(path) as handle:
+            fields = [int(x) for x in handle.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)
+
+
+def busy_percent(before, after):
+    """How busy the CPUs were between two cpu_times() readings, in percent (None when unknown)."""
+    if not before or not after or after[0] <= before[0]:
+        return None
+    return round(100.0 * (1 - float(after[1] - before[1]) / (after[0] - before[0])))
+
+
 def _fmt(seconds):
     seconds = int(round(seconds))
     return "%d:%02d" % (seconds // 60, seconds % 60)
@@ -189,15 +208,20 @@ def read_phases(path=PHASES):
     return rows
 
 
-def table(results, t0, phases=(), logs=LOGS):
-    """The phase table: setup phases, then every job in start order with its Molecule steps."""
-    lines = ["", "== where the time went (wall clock, minutes:seconds) ==",
+def table(results, t0, phases=(), logs=LOGS, cpu=None):
+    """The phase table: setup phases, then every job in start order with its Molecule steps; with `cpu` (what
+    run() measured) how busy the machine's CPUs were while each job ran, and minute by minute: a run whose
+    CPUs idle has room for more jobs at once (LLMOPS_CI_CAPACITY), one that is busy throughout does not."""
+    cpu = cpu or {}
+    lines = ["", "== where the time went (wall clock, minutes:seconds; cpu: machine CPUs busy meanwhile) ==",
              "%-30s %8s %8s  %s" % ("phase", "start", "took", "result")]
     origin = min([start for _, start, _ in phases] + [t0])
     for name, start, stop in phases:
         lines.append("%-30s %8s %8s  %s" % ("setup: " + name, _fmt(start - origin), _fmt(stop - start), "ok"))
     for name, (start, stop, result) in sorted(results.items(), key=lambda kv: kv[1][0]):
-        lines.append("%-30s %8s %8s  %s" % (name, _fmt(start - origin), _fmt(stop - start), result))
+        busy = (cpu.get("jobs") or {}).get(name)
+        lines.append("%-30s %8s %8s  %s%s" % (name, _fmt(start - origin), _fmt(stop - start), result,
+                                              "" if busy is None else "  cpu %d%%" % busy))
         if name.startswith("molecule:"):
             try:
                 with open(os.path.join(logs, name.replace(":", "-") + ".log")) as handle:
@@ -208,13 +232,22 @@ def table(results, t0, phases=(), logs=LOGS):
                 lines.append("%-30s %8s %8s" % ("    " + step, "", _fmt(seconds)))
     end = max([stop for _, stop, _ in results.values()] + [t0])
     lines.append("%-30s %8s %8s" % ("total", "", _fmt(end - origin)))
+    if cpu.get("total") is not None:
+        lines.append("machine CPU busy over the jobs: %d%%; per minute: %s"
+                     % (cpu["total"], " ".join("%d" % m for m in cpu.get("minutes") or [])))
     return "\n".join(lines)
 
 
-def run(jobs, capacity, env=None, out=sys.stdout, fail_fast=False):
+def run(jobs, capacity, env=None, out=sys.stdout, fail_fast=False, cpu=None):
     """Runs the jobs; returns {job: (start, stop, result)}. After a failure the jobs that do not need the
     failed one still run (one CI log shows every failure, not only the first), unless fail_fast; a job that
-    needs a failed job never starts."""
+    needs a failed job never starts. `cpu` (a dict) receives how busy the machine was: per job, per minute
+    and overall (table() prints it)."""
+    cpu = {} if cpu is None else cpu
+    cpu.update(jobs={}, minutes=[])
+    cpu_start = cpu_mark = cpu_times()
+    cpu_at_start = {}
+    next_minute = time.time() + 60
     os.makedirs(LOGS, exist_ok=True)
     history = load_history()
     priority = critical_paths(jobs, history)
@@ -239,10 +272,15 @@ def run(jobs, capacity, env=None, out=sys.stdout, fail_fast=False):
                     pump = threading.Thread(target=_stamp, args=(process.stdout, log, started), daemon=True)
                     pump.start()
                     running[job.name] = (job, process, started, pump)
+                    cpu_at_start[job.name] = cpu_times()
                     say("start %s (%s)" % (job.name, " ".join(job.argv)))
             if not running and not (pending and not failed):
                 break
             time.sleep(1)
+            if time.time() >= next_minute:
+                now = cpu_times()
+                cpu["minutes"].append(busy_percent(cpu_mark, now))
+                cpu_mark, next_minute = now, next_minute + 60
             for name, (_, process, started, pump) in list(running.items()):
                 code = process.poll()
                 if code is None:
@@ -250,6 +288,7 @@ def run(jobs, capacity, env=None, out=sys.stdout, fail_fast=False):
                 pump.join()
                 stopped = time.time()
                 del running[name]
+                cpu["jobs"][name] = busy_percent(cpu_at_start.pop(name, None), cpu_times())
                 result = "passed" if code == 0 else "FAILED (exit %d)" % code
                 results[name] = (started, stopped, result)
                 log = os.path.join(LOGS, name.replace(":", "-") + ".log")
@@ -268,6 +307,8 @@ def run(jobs, capacity, env=None, out=sys.stdout, fail_fast=False):
         for _, process, _, _ in running.values():
             os.killpg(process.pid, signal.SIGTERM)
         raise
+    cpu["total"] = busy_percent(cpu_start, cpu_times())
+    cpu["minutes"] = [m for m in cpu["minutes"] if m is not None]
     if not failed:
         save_history({name: stop - start for name, (start, stop, _) in results.items()})
     return results
@@ -286,8 +327,9 @@ def main(argv):
     capacity = int(os.environ.get("LLMOPS_CI_CAPACITY", "3"))
     fail_fast = os.environ.get("LLMOPS_CI_FAIL_FAST", "") not in ("", "0")
     t0 = time.time()
-    results = run(jobs, capacity, fail_fast=fail_fast)
-    print(table(results, t0, read_phases()))
+    cpu = {}
+    results = run(jobs, capacity, fail_fast=fail_fast, cpu=cpu)
+    print(table(results, t0, read_phases(), cpu=cpu))
     failed = [name for name, (_, _, result) in results.items() if result != "passed"]
     not_run = [job.name for job in jobs if job.name not in results]
     if failed or not_run:

@@ -107,3 +107,27 @@ def test_fail_fast_starts_nothing_after_a_failure(tmp_path, monkeypatch):
     results = schedule.run([bad, ok], capacity=1, out=out, fail_fast=True)
     assert "ok" not in results
     assert "not started after the failure of bad: ok" in out.getvalue()
+
+
+def test_the_table_says_how_busy_the_cpus_were(tmp_path, monkeypatch):
+    _quiet_history(tmp_path, monkeypatch)
+    spin = "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"
+    burn = schedule.Job("burn", [sys.executable, "-c", spin])
+    cpu = {}
+    results = schedule.run([burn], capacity=1, out=io.StringIO(), cpu=cpu)
+    assert results["burn"][2] == "passed"
+    # one busy loop on this machine's CPUs: more than nothing, at most all of them
+    assert 0 < cpu["jobs"]["burn"] <= 100 and 0 < cpu["total"] <= 100
+    text = schedule.table(results, results["burn"][0], cpu=cpu)
+    assert "passed  cpu %d%%" % cpu["jobs"]["burn"] in text
+    assert "machine CPU busy over the jobs: %d%%" % cpu["total"] in text
+
+
+def test_cpu_busy_is_read_from_proc_stat(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 100 700 100 0 0 0 0 0\n")
+    before = schedule.cpu_times(str(stat))
+    assert before == (1000, 800)
+    stat.write_text("cpu  400 0 200 900 100 0 0 0 0 0\n")
+    assert schedule.busy_percent(before, schedule.cpu_times(str(stat))) == 67   # 400 of 600 jiffies busy
+    assert schedule.cpu_times(str(tmp_path / "none")) is None and schedule.busy_percent(None, before) is None
