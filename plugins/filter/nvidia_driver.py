@@ -7,16 +7,31 @@ plugins/module_utils/nvidia_driver.py (where the driver plan is):
 
     {{ nvidia_driver_install_method | llmops.serving.nvidia_driver_headers_needed(ansible_os_family,
                                                                                  nvidia_driver_el7_flavor) }}
+    {{ nvidia_driver_version | llmops.serving.nvidia_driver_preflight_summary(llmops_gpus, reboot_policy,
+                                                                             managed) }}
 """
 from __future__ import absolute_import, division, print_function
 
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import headers_needed
+from ansible.errors import AnsibleFilterError
+from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (
+    headers_needed,
+    preflight_summary,
+)
 
 __metaclass__ = type
 
 
+def nvidia_driver_preflight_summary(wanted_version, gpus, reboot_policy="auto", managed=True):
+    try:
+        return preflight_summary(wanted_version, gpus, reboot_policy, managed)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
 class FilterModule(object):
-    """Whether the driver install needs the running kernel's headers."""
+    """Whether the driver install needs the running kernel's headers; what preflight says the driver stage
+    will do (driver_plan()'s detect decision)."""
 
     def filters(self):
-        return {"nvidia_driver_headers_needed": headers_needed}
+        return {"nvidia_driver_headers_needed": headers_needed,
+                "nvidia_driver_preflight_summary": nvidia_driver_preflight_summary}

@@ -173,6 +173,35 @@ def driver_plan(wanted_version, stage, gpus=None, loaded_module="", nouveau_load
     )
 
 
+def preflight_summary(wanted_version, gpus, reboot_policy="auto", managed=True):
+    """What preflight says the GPU host stage will do with the driver, before it runs: the ``detect`` plan
+    from the GPUs preflight read (the node's sysfs is read by the stage itself), worded with the reboot
+    policy. One sentence; the decision is driver_plan()'s, not a second rule.
+
+    wanted_version: nvidia_driver_version ('' when the inventory leaves the role's default); gpus: the
+    llmops_gpus fact; reboot_policy: nvidia_driver_allow_reboot; managed: llmops_manage_driver."""
+    if not _true(managed):
+        return ("Driver: not managed here (llmops_manage_driver is false); the GPU gates after the GPU host "
+                "stage decide.")
+    wanted = _text(wanted_version).strip()
+    gpus = gpus or {}
+    if wanted and driver_plan(wanted, "detect", gpus=gpus)["action"] == "none":
+        return "Driver: the pinned %s is loaded, nothing to change." % wanted
+    current = _text(gpus.get("driver_version")).strip()
+    policy = normal_reboot_policy(reboot_policy)
+    if policy == "true":
+        reboot = "the play reboots the node when the new driver needs it"
+    elif policy == "auto":
+        reboot = ("if the new driver needs a reboot (nouveau holds the GPUs, or an old module is loaded) "
+                  "the play reboots the node only when no process uses the GPUs and no serving unit runs "
+                  "(nvidia_driver_allow_reboot: auto), else it stops there and says how to resume")
+    else:
+        reboot = ("if the new driver needs a reboot the run stops there and says how to resume "
+                  "(nvidia_driver_allow_reboot: true or auto lets the play reboot)")
+    return "Driver: the GPU host stage installs NVIDIA %s%s; %s." % (
+        wanted or "driver (role default)", " (replacing %s)" % current if current else "", reboot)
+
+
 def headers_needed(install_method, os_family, el7_flavor):
     """Whether the install compiles against the running kernel and so needs its headers: DKMS and runfile
     builds do; the precompiled EL 7 kmods (nvidia_driver_el7_flavor kmod, repo method) do not."""

@@ -126,3 +126,42 @@ def test_a_wanted_version_with_a_trailing_newline_is_the_loaded_driver():
     assert plan["action"] == "none" and plan["wanted_version"] == WANTED
     with pytest.raises(ValueError, match="nvidia_driver_version must be a driver version"):
         driver_plan("570.133.20; rm -rf /", "detect")
+
+
+# --- what preflight says the GPU host stage will do (playbooks/preflight.yml, driver_plan's detect) -------
+
+@pytest.mark.parametrize("gpus, policy, managed, expected", [
+    ({"present": True, "driver_version": "550.54.14"}, "auto", True,
+     "Driver: the pinned 550.54.14 is loaded, nothing to change."),
+    ({"present": True, "driver_version": "535.104.05"}, "auto", True,
+     "Driver: the GPU host stage installs NVIDIA 550.54.14 (replacing 535.104.05); if the new driver needs a "
+     "reboot (nouveau holds the GPUs, or an old module is loaded) the play reboots the node only when no "
+     "process uses the GPUs and no serving unit runs (nvidia_driver_allow_reboot: auto), else it stops there "
+     "and says how to resume."),
+    ({"present": False, "error": "nvidia-smi not found"}, True, True,
+     "Driver: the GPU host stage installs NVIDIA 550.54.14; the play reboots the node when the new driver "
+     "needs it."),
+    ({"present": False}, "no", "true",
+     "Driver: the GPU host stage installs NVIDIA 550.54.14; if the new driver needs a reboot the run stops "
+     "there and says how to resume (nvidia_driver_allow_reboot: true or auto lets the play reboot)."),
+    ({"present": True, "driver_version": "535.104.05"}, "auto", "false",
+     "Driver: not managed here (llmops_manage_driver is false); the GPU gates after the GPU host stage "
+     "decide."),
+])
+def test_preflight_says_what_the_driver_plan_decides(gpus, policy, managed, expected):
+    from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import preflight_summary
+    assert preflight_summary(WANTED, gpus, policy, managed) == expected
+    # the same decision as the stage's own detect plan
+    if "not managed" not in expected:
+        nothing = driver_plan(WANTED, "detect", gpus=gpus)["action"] == "none"
+        assert ("nothing to change" in expected) is nothing
+
+
+def test_preflight_without_a_pinned_version_names_the_role_default_and_refuses_a_bad_policy():
+    from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import preflight_summary
+    assert preflight_summary("", {"present": True, "driver_version": "550.54.14"}).startswith(
+        "Driver: the GPU host stage installs NVIDIA driver (role default) (replacing 550.54.14)")
+    with pytest.raises(ValueError, match="nvidia_driver_allow_reboot must be auto, true or false"):
+        preflight_summary(WANTED, {"present": False}, "sometimes")
+    with pytest.raises(ValueError, match="nvidia_driver_version must be a driver version"):
+        preflight_summary("550", {"present": True, "driver_version": "550"})
