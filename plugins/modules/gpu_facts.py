@@ -100,6 +100,15 @@ options:
     type: list
     elements: str
     default: []
+  defer_checks:
+    description:
+      - When V(true), the checks above run only when nvidia-smi shows every GPU with its compute capability;
+        without a driver yet, or with one older than R510 (no C(compute_cap)), the facts are returned and
+        RV(checks_deferred) says the checks wait for a later call.
+      - What preflight uses to refuse what no driver can change (architecture, memory, devices) in the same
+        call that reads the GPUs, before the driver stage had its chance.
+    type: bool
+    default: false
 notes:
   - Runs on the managed node with Python 3.6 or newer; needs no Python package beyond the standard library.
   - The CUDA rules come from NVIDIA's CUDA Compatibility guide (minor-version compatibility, Table 1) and the
@@ -287,6 +296,11 @@ failures:
   returned: always
   type: list
   elements: str
+checks_deferred:
+  description: With O(defer_checks), whether the checks were left for a later call (no GPU with a known
+    compute capability to check yet); V(false) when they ran.
+  returned: when O(defer_checks) is set
+  type: bool
 error_kind:
   description: >-
     Class of problem behind C(llmops_gpus.error): absent, mismatch, no_driver, no_devices, lost, timeout,
@@ -322,6 +336,7 @@ def main():
             min_memory_mib=dict(type="int"),
             min_free_memory_mib=dict(type="int"),
             devices=dict(type="list", elements="str", default=[]),
+            defer_checks=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -359,6 +374,11 @@ def _run(module):
         for message in wanted_faulty:
             module.warn(message)
 
+    if p["defer_checks"] and (not facts["present"] or not all(g.get("compute_cap") for g in facts["gpus"])):
+        result.update(checks_deferred=True)
+        del result["llmops_gpus"]
+        module.exit_json(ansible_facts=dict(llmops_gpus=facts), **result)
+    result.update(checks_deferred=False)
     selected, failures = evaluate(
         facts,
         require_arch=p["require_arch"],

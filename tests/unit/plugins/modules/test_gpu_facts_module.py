@@ -238,3 +238,18 @@ def test_module_runs_under_python36(tmp_path):
     assert r["_rc"] == 0 and facts(r)["count"] == 4 and facts(r)["cuda_version"] == "12.4"
     r = run_module(tmp_path, {"timeout": 1}, profile="hang", python=PY36, pythonpath=str(path))
     assert r["_rc"] == 0 and r["error_kind"] == "timeout"
+
+
+def test_defer_checks_checks_what_the_driver_shows_and_waits_without_one(tmp_path):
+    """preflight's one call: refuse what no driver can change when the driver shows it, wait without one."""
+    wanted = {"require_arch": ["8.9"], "min_memory_mib": 46000, "defer_checks": True}
+    ok = run_module(tmp_path, wanted)
+    assert ok["_rc"] == 0 and ok["checks_deferred"] is False and len(ok["selected"]) == 4
+    wrong = run_module(tmp_path, wanted, profile="h200")
+    assert wrong["_rc"] == 1 and wrong["checks_deferred"] is False and "sm_90" in wrong["msg"]
+    # a driver/library mismatch (a reboot pending): no GPU to check yet, the facts say why
+    pending = run_module(tmp_path, wanted, profile="mismatch")
+    assert pending["_rc"] == 0 and pending["checks_deferred"] is True and pending["failures"] == []
+    assert facts(pending)["present"] is False and pending["error_kind"] == "mismatch"
+    # without defer_checks the same node fails the checks
+    assert run_module(tmp_path, dict(wanted, defer_checks=False), profile="mismatch")["_rc"] == 1
