@@ -85,7 +85,8 @@ def filesystem(path):
 
 
 def normal_writes(writes):
-    """Check the writes: each {path (absolute), bytes or size, what, variable}."""
+    """Check the writes: each {path (absolute), bytes or size, what, variable, unless_exists (an absolute
+    path: the write is not counted when it exists on the node, e.g. a build already installed)}."""
     out = []
     for item in writes or ():
         if not isinstance(item, dict) or not item.get("path") or not item.get("what"):
@@ -95,9 +96,24 @@ def normal_writes(writes):
         size = parse_size(item.get("bytes", item.get("size", 0)))
         if size < 0:
             raise DiskError("write %s: size must not be negative" % item["what"])
+        unless = str(item.get("unless_exists") or "")
+        if unless and not unless.startswith("/"):
+            raise DiskError("write %s: unless_exists %r must be absolute" % (item["what"], unless))
         out.append(dict(path=str(item["path"]), bytes=size, what=str(item["what"]),
-                        variable=str(item.get("variable") or "")))
+                        variable=str(item.get("variable") or ""), unless_exists=unless))
     return out
+
+
+def split_present(writes, exists=os.path.exists):
+    """(writes to count, whats left out because their unless_exists path is there): what the node has
+    already (a build, a ccache) adds nothing, read in the same module call as the free space."""
+    counted, present = [], []
+    for write in writes:
+        if write.get("unless_exists") and exists(write["unless_exists"]):
+            present.append(write["what"])
+        else:
+            counted.append(write)
+    return counted, present
 
 
 def plan(writes, filesystems, reserve=0, candidates=()):

@@ -25,7 +25,9 @@ options:
   writes:
     description:
       - What the run will write - C(path) (absolute; need not exist yet), C(bytes) (or C(size) such as
-        V(10G), V(3.5GiB)), C(what) (a few words), C(variable) (the inventory variable that moves it).
+        V(10G), V(3.5GiB)), C(what) (a few words), C(variable) (the inventory variable that moves it), and
+        optionally C(unless_exists) (an absolute path: when it exists on the node the write is not counted,
+        for example a build or a cache that is there already).
     type: list
     elements: dict
     default: []
@@ -64,6 +66,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+already_there:
+  description: The C(what) of the writes left out because their C(unless_exists) path exists.
+  returned: always
+  type: list
+  elements: str
+  sample: ["llama.cpp build"]
 filesystems:
   description: Per filesystem written to - mount, free and total bytes, the bytes needed, the writes.
   returned: always
@@ -91,6 +99,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.disk_plan import ( 
     parse_size,
     plan,
     report,
+    split_present,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
     new_module,
@@ -116,7 +125,7 @@ def main():
 def _run(module):
     p = module.params
     try:
-        writes = normal_writes(p["writes"])
+        writes, already_there = split_present(normal_writes(p["writes"]))
         reserve = parse_size(p["reserve"])
     except DiskError as exc:
         module.fail_json(msg=str(exc))
@@ -124,7 +133,7 @@ def _run(module):
     filesystems = dict((path, filesystem(path)) for path in paths)
     result = plan(writes, filesystems, reserve=reserve, candidates=p["candidates"])
     out = dict(changed=False, filesystems=result["filesystems"], short=[g["mount"] for g in result["short"]],
-               report=report(result))
+               report=report(result), already_there=already_there)
     if result["short"] and p["fail_on_shortage"]:
         module.fail_json(msg="Not enough disk space for this run: %s." % "; ".join(result["messages"]), **out)
     for message in result["messages"]:

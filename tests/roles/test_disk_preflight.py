@@ -90,9 +90,12 @@ def run_preflight_disk(tmp_path, build_gib, with_build=False):
                  {"ansible.builtin.set_fact": {"llmops_disk_writes": [model_write]}},
                  {"ansible.builtin.include_role": {"name": "llmops.serving.llama_cpp", "tasks_from": "disk"}},
                  {"llmops.serving.disk_space": {"writes": "{{ llmops_disk_writes }}", "candidates": [],
-                                                "reserve": "0"}},
+                                                "reserve": "0"}, "register": "disk"},
                  {"ansible.builtin.debug": {
-                     "msg": "{{ llmops_disk_writes | map(attribute='what') | list }}"}}]}]
+                     "msg": "{{ disk.filesystems | map(attribute='writes') | flatten | map(attribute='what') "
+                            "| list }}"}},
+                 {"ansible.builtin.debug": {
+                     "msg": "already there: {{ disk.already_there | join(' + ') }}"}}]}]
     path = tmp_path / "play.yml"
     path.write_text(yaml.safe_dump(play))
     return run_local_playbook(path, str(tmp_path),
@@ -116,3 +119,5 @@ def test_a_node_with_a_build_counts_no_build_and_passes(tmp_path):
     assert result.returncode == 0, result.stdout
     assert "- model qwen3.6-27b-ud-q5_k_xl\n    - ccache\n" in result.stdout, result.stdout
     assert "- llama.cpp build" not in result.stdout
+    # the build and its images are left out by disk_space itself (unless_exists), in the same call
+    assert "already there: llama.cpp build + CUDA and llama.cpp images" in result.stdout

@@ -93,3 +93,17 @@ def test_a_path_not_made_yet_is_on_its_nearest_existing_parent(tmp_path):
     fs = dp.filesystem(str(target))
     assert fs["free"] > 0 and fs["mount"] == dp.mount_point(str(tmp_path))
     assert os.path.ismount(fs["mount"]) or fs["mount"] == "/"
+
+
+def test_a_write_whose_target_exists_is_left_out_in_the_same_call(tmp_path):
+    build = tmp_path / "current"
+    writes = dp.normal_writes([
+        {"path": "/srv/build", "bytes": 10, "what": "llama.cpp build", "unless_exists": str(build)},
+        {"path": "/srv/models", "bytes": 20, "what": "model"}])
+    counted, present = dp.split_present(writes)
+    assert [w["what"] for w in counted] == ["llama.cpp build", "model"] and present == []
+    build.mkdir()
+    counted, present = dp.split_present(writes)
+    assert [w["what"] for w in counted] == ["model"] and present == ["llama.cpp build"]
+    with pytest.raises(dp.DiskError, match="unless_exists 'relative/path' must be absolute"):
+        dp.normal_writes([{"path": "/srv", "bytes": 1, "what": "x", "unless_exists": "relative/path"}])
