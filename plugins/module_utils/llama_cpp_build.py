@@ -404,6 +404,18 @@ def link_target_id(path):
     return os.path.basename(os.path.normpath(os.readlink(path))) or None
 
 
+def link_points_at(path, build_id):
+    """True when `path` is the relative symlink builds/<build_id> that tasks/links.yml writes."""
+    return bool(build_id) and os.path.islink(path) and os.readlink(path) == "builds/" + build_id
+
+
+def links_in_place(install_root, build_id, next_previous):
+    """Whether current already points at this build and previous at what it would point at: then the role's
+    link tasks have nothing to do and are skipped (a run that changes nothing)."""
+    return link_points_at(os.path.join(install_root, "current"), build_id) and (
+        not next_previous or link_points_at(os.path.join(install_root, "previous"), next_previous))
+
+
 def is_installed(manifest, wanted_identity_sha256, mode):
     """True when the manifest describes this exact identity and (host mode) its binary is there."""
     if not manifest or manifest.get("identity_sha256") != wanted_identity_sha256:

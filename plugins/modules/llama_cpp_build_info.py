@@ -182,6 +182,11 @@ current_build_id:
   description: Build the C(current) link points at now, or null.
   returned: always
   type: str
+links_in_place:
+  description: Whether C(current) is already the link C(builds/<build_id>) and C(previous) already points at
+    RV(next_previous_build_id) (nothing for the role's link tasks to do).
+  returned: always
+  type: bool
 previous_build_id:
   description: Build the C(previous) link points at now, or null.
   returned: always
@@ -221,6 +226,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.llama_cpp_build imp
     installed_builds,
     is_installed,
     link_target_id,
+    links_in_place,
     normalize_archs,
     plan_links,
     ref_warning,
@@ -321,6 +327,7 @@ def _run(module):
         current_build_id=current,
         previous_build_id=previous,
         next_previous_build_id=new_previous,
+        links_in_place=links_in_place(p["install_root"], bid, new_previous),
         prune=prune,
         prune_images=[builds[b]["image"] for b in prune if builds[b].get("image")],
         source_warning=source_warning,

@@ -395,3 +395,18 @@ def test_a_pinned_commit_keeps_its_checkout_path_whatever_the_url():
         lb.source_identity("git", git_repo="https://mirror.example/llama.cpp.git", git_ref="master"))
     archive = lb.source_identity("archive", archive_sha256="a" * 64)
     assert lb.source_key(archive).startswith("archive-")
+
+
+def test_links_in_place_only_when_both_links_are_the_role_s_own(tmp_path):
+    root = str(tmp_path)
+    os.makedirs(os.path.join(root, "builds", "b2"))
+    assert not lb.links_in_place(root, "b2", "b1")                       # no links yet
+    os.symlink("builds/b2", os.path.join(root, "current"))
+    assert lb.links_in_place(root, "b2", None)                           # nothing to roll back to
+    assert not lb.links_in_place(root, "b2", "b1")                       # previous missing
+    os.symlink("builds/b1", os.path.join(root, "previous"))
+    assert lb.links_in_place(root, "b2", "b1")
+    assert not lb.links_in_place(root, "b3", "b2")                       # a new build: both move
+    os.remove(os.path.join(root, "current"))
+    os.symlink(os.path.join(root, "builds", "b2"), os.path.join(root, "current"))
+    assert not lb.links_in_place(root, "b2", "b1")                       # absolute: rewritten as ours
