@@ -50,7 +50,8 @@ def not_conditions(node):
 
 def test_the_walk_finds_a_condition_that_yaml_read_as_a_mapping():
     text = "- ansible.builtin.assert:\n    that:\n      - out is search('Check mode: would install x')\n"
-    assert not_conditions(yaml.safe_load(text)) == [("that", {"out is search('Check mode": "would install x')"})]
+    mapping = {"out is search('Check mode": "would install x')"}
+    assert not_conditions(yaml.safe_load(text)) == [("that", mapping)]
     assert not_conditions(yaml.safe_load("- debug: {}\n  when: \"out is search('a: b')\"\n")) == []
 
 
