@@ -11,9 +11,9 @@ secrets). Beside them, ``<deployments dir>/<instance>/`` (root 0700) keeps:
     previous.service/.env/.json  the deployment before it: what playbooks/rollback.yml and the fleet put back
     before.service/.env          the live files a change replaced, until that change passed its health gate
 
-The lifecycle, one function per step (each returns what it did; ``check_mode`` computes it and writes nothing):
+The lifecycle, one function per step (each returns what it did; ``check_mode`` computes, writes nothing):
 
-    deploy   write the new unit and env file; the replaced ones are kept as before.*   (role serving)
+    deploy   write the new unit and env file; the replaced ones are kept as before.*  (role serving)
     restore  the change failed the health gate: before.* back in place, the failed unit
              kept for inspection                                                      (role serving's rescue)
     commit   the change is healthy: before.* become previous.*, the former current.json
@@ -86,7 +86,7 @@ def read_file(path):
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             return None
-        raise DeploymentError("cannot read %s: %s" % (path, exc.strerror or exc))
+        raise DeploymentError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
     if not stat.S_ISREG(st.st_mode):
         raise DeploymentError("%s is not a regular file (a link, directory or device): the deployment "
                               "lifecycle never follows or replaces one. Remove it and run again" % path)
@@ -97,7 +97,7 @@ def read_file(path):
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        raise DeploymentError("cannot read %s: %s" % (path, exc.strerror or exc))
+        raise DeploymentError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
     try:
         data = b""
         while len(data) <= MAX_FILE:
@@ -119,7 +119,7 @@ def read_record(path):
         record = json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeError) as exc:
         raise DeploymentError("deployment record %s is not JSON (%s): remove it, or restore it from a "
-                              "backup, and run again" % (path, exc))
+                              "backup, and run again" % (path, exc)) from None
     if not isinstance(record, dict) or not record.get("name") or not record.get("unit"):
         raise DeploymentError("deployment record %s has no instance name or unit" % path)
     return record
@@ -145,11 +145,11 @@ def _text(data):
     return data.decode("utf-8", "replace") if data is not None else ""
 
 
-# --- the steps: each one reads, decides and returns {path: (new bytes or None to remove, mode)} --------------
+# --- the steps: each one reads, decides and returns {path: (new bytes or None to remove, mode)} ----------
 
 def plan_deploy(paths, unit, env):
-    """The new unit and env file (bytes; env None: not managed). The live files they replace are kept as
-    before.* unless a change that never passed its gate already kept older ones there (those are still
+    """The new unit and env file (bytes; env None: not managed). The live files they replace are kept
+    as before.* unless a change that never passed its gate already kept older ones there (those are still
     the last deployment that ran before it)."""
     live_unit, live_env = read_file(paths.unit_file), read_file(paths.env_file)
     unit_changed = live_unit != unit
@@ -272,7 +272,7 @@ def query(root, name=None):
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.ENOTDIR):
                 return []
-            raise DeploymentError("cannot list %s: %s" % (root, exc.strerror or exc))
+            raise DeploymentError("cannot list %s: %s" % (root, exc.strerror or exc)) from None
     out = []
     for entry in names:
         paths = Paths(root, entry)
@@ -286,7 +286,7 @@ def query(root, name=None):
     return out
 
 
-# --- the one mechanism that writes ---------------------------------------------------------------------------
+# --- the one mechanism that writes -----------------------------------------------------------------------
 
 def _owner():
     """Root owns what root writes; an unprivileged run (the unit tests) keeps its own user."""
@@ -341,7 +341,7 @@ def apply(writes, instance_dir, check_mode=False, _rename=os.rename):
         for temp in staged.values():
             _unlink(temp)
         raise DeploymentError("nothing was changed: cannot write %s (%s)"
-                              % (getattr(exc, "filename", None) or "a file", exc.strerror or exc))
+                              % (getattr(exc, "filename", None) or "a file", exc.strerror or exc)) from None
     done = []
     failing = None
     try:
@@ -361,7 +361,7 @@ def apply(writes, instance_dir, check_mode=False, _rename=os.rename):
                 except (OSError, IOError):
                     pass
         raise DeploymentError("nothing was changed: renaming into %s failed (%s); the files it had "
-                              "replaced are back" % (failing, exc.strerror or exc))
+                              "replaced are back" % (failing, exc.strerror or exc)) from None
     for path, (data, _mode, _old) in sorted(changes.items()):
         if data is None:
             _unlink(path)

@@ -66,8 +66,8 @@ options:
     type: path
   record:
     description:
-      - For O(state=commit) - the record of what runs now (the filter C(llmops.serving.fleet_deployment_record));
-        the module adds the unit's checksum.
+      - For O(state=commit) - the record of what runs now (the filter
+        C(llmops.serving.fleet_deployment_record)); the module adds the unit's checksum.
     type: dict
   unrecorded_record:
     description:

@@ -9,7 +9,7 @@ back, and the summary of a rolling update.
     deployment_fingerprint(plan)                   -> what an instance runs, as 16 hex digits (validate)
     unrecorded_deployment(plan, unit_checksum=)   -> previous.json of a deployment made before records
     host_servers(host, hostvars, gateway_fact=)    -> [{backend, server, instance}] of `host` at the gateway
-    rollback_selection(records, instance=, host=, directory=) -> names of the instances to put back (or a refusal)
+    rollback_selection(records, instance=, host=, directory=) -> the instances to put back (or a refusal)
     summary(hosts, hostvars)                       -> {updated, unchanged, failed, untouched, lines}
 
 Controller-only (plugin_utils), plain Python, unit-tested by tests/unit/plugins/plugin_utils/test_rollout.py;

@@ -385,6 +385,7 @@ def lifecycle_steps(name):
 
 def test_env_file_is_written_by_the_lifecycle_from_the_template_and_never_shown():
     from ansible_collections.llmops.serving.plugins.modules import deployment
+
     from tests.unit.plugins.modules.test_gguf_module import capture_module_kwargs
 
     deploy = lifecycle_steps("instance.yml")["deploy"]
@@ -423,8 +424,8 @@ def test_rollback_runs_when_only_the_env_file_changed_and_not_on_a_first_deploym
 
 
 def test_rollback_restores_through_the_lifecycle_then_restarts():
-    """The files the change replaced come back (the module: tests/unit/plugins/module_utils/test_deployment.py),
-    the failed unit is kept, no copy of the failed env file is."""
+    """The files the change replaced come back (the module's own tests: test_deployment.py), the failed
+    unit is kept, no copy of the failed env file is."""
     steps = lifecycle_steps("rollback.yml")
     restore = steps["restore"]["llmops.serving.deployment"]
     assert restore["env_file"] == "{{ _serving_item.env_file }}"

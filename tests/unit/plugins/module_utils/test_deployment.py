@@ -9,7 +9,6 @@ import os
 import stat
 
 import pytest
-
 from ansible_collections.llmops.serving.plugins.module_utils import deployment
 from ansible_collections.llmops.serving.plugins.module_utils.deployment import DeploymentError, run
 
@@ -200,7 +199,7 @@ def test_swap_refuses_without_a_previous_deployment_and_touches_nothing(node):
     assert node.snapshot() == start
 
 
-# --- check mode and diff -------------------------------------------------------------------------------------
+# --- check mode and diff ---------------------------------------------------------------------------------
 
 def test_check_mode_reports_every_step_and_writes_nothing(node):
     assert node.deploy(UNIT_V1, ENV_V1, check_mode=True)["files"] == sorted([node.unit, node.env])
@@ -211,7 +210,8 @@ def test_check_mode_reports_every_step_and_writes_nothing(node):
     assert deployed["changed"] and deployed["unit_changed"] and not deployed["env_changed"]
     assert deployed["diff"]["before"] == UNIT_V2 and deployed["diff"]["after"] == UNIT_V1
     swapped = node.step("swap", check_mode=True)
-    assert swapped["changed"] and node.unit in swapped["files"] and swapped["record"]["settings"]["version"] == 1
+    assert swapped["changed"] and node.unit in swapped["files"]
+    assert swapped["record"]["settings"]["version"] == 1
     assert node.snapshot() == start
 
 

@@ -22,7 +22,8 @@ def args(tmp_path, **over):
 
 
 def test_check_mode_with_diff_shows_the_unit_and_writes_nothing(tmp_path):
-    result = run_module_file(tmp_path, "deployment", dict(args(tmp_path), _ansible_diff=True), check_mode=True)
+    result = run_module_file(tmp_path, "deployment", dict(args(tmp_path), _ansible_diff=True),
+                             check_mode=True)
     assert result["changed"] is True and result["unit_changed"] and result["env_changed"]
     assert "ExecStart=/bin/true" in result["diff"]["after"]
     assert not (tmp_path / "q.env").exists() and not (tmp_path / "systemd" / "q.service").exists()
@@ -38,7 +39,8 @@ def test_deploy_then_commit_then_nothing_changes(tmp_path):
                                                              unit_changed=True, env_changed=True))
     assert committed["changed"] is True and committed["previous"] is False
     assert run_module_file(tmp_path, "deployment", args(tmp_path))["changed"] is False
-    records = run_module_file(tmp_path, "deployment", {"state": "query", "dir": str(tmp_path / "deployments")})
+    records = run_module_file(tmp_path, "deployment",
+                              {"state": "query", "dir": str(tmp_path / "deployments")})
     assert [r["name"] for r in records["records"]] == ["q"] and records["changed"] is False
 
 
