@@ -15,7 +15,7 @@ short_description: Deploy, restore, commit, swap or list a serving instance's un
 version_added: "0.7.0"
 description:
   - The deployment lifecycle of one serving instance (role C(llmops.serving.serving)'s health gate and role
-    C(llmops.serving.fleet)'s rollback): its live systemd unit and environment file, and beside them
+    C(llmops.serving.fleet)'s rollback) - its live systemd unit and environment file, and beside them
     C(<dir>/<name>/) (root 0700) with C(current.json), C(previous.service), C(previous.env),
     C(previous.json), and C(before.service)/C(before.env) while a change waits for its health gate.
   - V(deploy) writes O(unit_content) to O(unit_file) and O(env_content) to O(env_file) (root 0600) when they
