@@ -7,7 +7,7 @@
     {{ _serving_item | llmops.serving.fleet_deployment_record(unit_checksum=, time=, health_timeout=) }}
     {{ _serving_item | llmops.serving.fleet_unrecorded_deployment(unit_checksum=) }}
     {{ inventory_hostname | llmops.serving.fleet_host_servers(hostvars, gateway_fact[, instances=records]) }}
-    {{ records | llmops.serving.fleet_rollback_selection(instance=, host=) }}
+    {{ records | llmops.serving.fleet_rollback_selection(instance=, host=, directory=) }}
     {{ ansible_play_hosts_all | llmops.serving.fleet_summary(hostvars) }}
 """
 from __future__ import absolute_import, division, print_function
@@ -40,6 +40,5 @@ class FilterModule(object):
             "fleet_unrecorded_deployment": _wrap(rollout.unrecorded_deployment),
             "fleet_host_servers": _wrap(fleet_host_servers),
             "fleet_rollback_selection": _wrap(rollout.rollback_selection),
-            "fleet_record_entry": _wrap(rollout.record_entry),
             "fleet_summary": _wrap(fleet_summary),
         }

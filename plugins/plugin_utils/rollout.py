@@ -9,7 +9,7 @@ back, and the summary of a rolling update.
     deployment_fingerprint(plan)                   -> what an instance runs, as 16 hex digits (validate)
     unrecorded_deployment(plan, unit_checksum=)   -> previous.json of a deployment made before records
     host_servers(host, hostvars, gateway_fact=)    -> [{backend, server, instance}] of `host` at the gateway
-    rollback_selection(records, instance=, host=)  -> names of the instances to put back (or a refusal)
+    rollback_selection(records, instance=, host=, directory=) -> the instances to put back (or a refusal)
     summary(hosts, hostvars)                       -> {updated, unchanged, failed, untouched, lines}
 
 Controller-only (plugin_utils), plain Python, unit-tested by tests/unit/plugins/plugin_utils/test_rollout.py;
@@ -17,7 +17,6 @@ roles serving and fleet reach it through plugins/filter/fleet.py.
 """
 from __future__ import absolute_import, division, print_function
 
-import base64
 import hashlib
 import json
 
@@ -112,19 +111,21 @@ def host_servers(host, hostvars, gateway_fact=None, instances=None):
     return out
 
 
-def rollback_selection(records, instance=None, host=None):
+def rollback_selection(records, instance=None, host=None, directory=None):
     """Which instances of a host to put back on their previous deployment.
 
     `records`: [{name, previous (bool: previous.service exists)}], one per deployment directory of the host.
     `instance`: the one named by rollback_instance, or None for all of the host's instances. Refuses (with
-    the reason) when the named instance, or every instance of the host, has no previous deployment."""
+    the reason) when the named instance, or every instance of the host, has no previous deployment.
+    `directory`: where the records are (role serving's serving_deployments_dir), named in the refusal."""
     where = " on %s" % host if host else ""
     by_name = dict((str(r["name"]), r) for r in records or ())
     if instance is not None:
         instance = str(instance)
         if instance not in by_name:
-            raise RolloutError("instance %s has no deployment record%s (/var/lib/llmops/deployments/%s): "
-                               "it was never deployed by role serving here" % (instance, where, instance))
+            raise RolloutError("instance %s has no deployment record%s (%s/%s): it was never deployed by "
+                               "role serving here" % (instance, where, directory or "serving_deployments_dir",
+                                                      instance))
         if not by_name[instance].get("previous"):
             raise RolloutError("instance %s has no previous deployment%s to roll back to: it was deployed "
                                "once, or never changed since records exist" % (instance, where))
@@ -166,15 +167,3 @@ def summary(hosts, hostvars):
     lines.append("untouched: %s" % (", ".join(out["untouched"]) or "none"))
     out["lines"] = lines
     return out
-
-
-def record_entry(pair):
-    """One entry of a host's records from (current.json, previous.json) as slurp returns them (base64; the
-    second empty when there is no previous deployment): {name, current, previous, previous_record}."""
-    current_b64, previous_b64 = pair
-    current = json.loads(base64.b64decode(current_b64).decode("utf-8"))
-    previous = json.loads(base64.b64decode(previous_b64).decode("utf-8")) if previous_b64 else None
-    if not isinstance(current, dict) or not current.get("name") or not current.get("unit"):
-        raise RolloutError("deployment record %r has no instance name or unit" % (current,))
-    return {"name": current["name"], "current": current, "previous": previous is not None,
-            "previous_record": previous}

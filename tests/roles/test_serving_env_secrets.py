@@ -235,16 +235,6 @@ def module_args(task):
     return None, {}
 
 
-def env_file_tasks(name):
-    """Tasks of tasks/<name> that write or copy an instance env file (dest or src names it)."""
-    found = []
-    for task in tasks_of(name):
-        _, args = module_args(task)
-        if any("env" in str(args.get(k, "")) for k in ("dest", "src")):
-            found.append(task)
-    return found
-
-
 def secrets_in(text, env):
     return [name for name, value in env.items() if len(value) > 3 and value in text]
 
@@ -366,88 +356,10 @@ def test_newlines_refused_in_host_mode_before_systemd_239():
     host_vars(MULTILINE, systemctl="systemd 239")
 
 
-# --- the tasks: 0600 root, no_log, restart and rollback like a unit change ------------------------------
-
-def test_env_file_is_written_0600_root_with_no_log_and_a_backup():
-    (task,) = env_file_tasks("instance.yml")
-    module, args = module_args(task)
-    assert module in ("ansible.builtin.template", "ansible.builtin.copy")
-    assert args["dest"] == "{{ _serving_item.env_file }}"
-    assert (args["owner"], args["group"], args["mode"]) == ("root", "root", "0600")
-    assert args["backup"] is True
-    assert task["no_log"] is True and task.get("diff") is False
-    names = [t.get("name", "") for t in tasks_of("instance.yml")]
-    assert names.index(task["name"]) < [i for i, n in enumerate(names) if "Render the systemd unit" in n][0]
-
+# --- the tasks: the deployment lifecycle writes, restores and keeps the env file like the unit -------------
 
 def _template(expr, **variables):
     return role_templar(ROLE, variables).template(expr)
-
-
-def _task_named(tasks, fragment):
-    found = [t for t in _flatten(tasks) if fragment in t.get("name", "")]
-    assert len(found) == 1, "want one task named like %r, got %d" % (fragment, len(found))
-    return found[0]
-
-
-UNCHANGED = {"changed": False}
-SKIPPED = {"changed": False, "skipped": True}
-
-
-def test_env_change_restarts_the_instance_like_a_unit_change():
-    task = _task_named(tasks_of("instance.yml"), "Restart or start")
-    _, args = module_args(task)
-    state = _template(args["state"], _serving_unit=UNCHANGED, _serving_key=SKIPPED,
-                      _serving_env={"changed": True, "backup_file": "/etc/llama-server/q.env.1~"})
-    assert state == "restarted"
-    assert _template(args["state"], _serving_unit=UNCHANGED, _serving_key=SKIPPED,
-                     _serving_env=UNCHANGED) == "started"
-
-
-def test_rollback_runs_when_only_the_env_file_changed():
-    task = _task_named(tasks_of("instance.yml"), "Roll back")
-    when = task["when"] if isinstance(task["when"], str) else " and ".join("(%s)" % w for w in task["when"])
-    got = _template("{{ %s }}" % when, serving_rollback=True, _serving_unit=UNCHANGED,
-                    _serving_env={"changed": True, "backup_file": "/etc/llama-server/q.env.1~"})
-    assert got is True or got == "True"
-
-
-def test_rollback_restores_the_previous_env_file_and_success_drops_its_backup():
-    (restore,) = [t for t in env_file_tasks("rollback.yml")
-                  if module_args(t)[1].get("src") == "{{ _serving_env.backup_file }}"]
-    _, args = module_args(restore)
-    assert args["dest"] == "{{ _serving_item.env_file }}" and args["remote_src"] is True
-    assert (args["owner"], args["group"], args["mode"]) == ("root", "root", "0600")
-    assert restore["no_log"] is True
-    drops = [t for t in tasks_of("rollback.yml")
-             if module_args(t)[1].get("path") == "{{ _serving_env.backup_file }}"
-             and module_args(t)[1].get("state") == "absent"]
-    assert len(drops) == 1      # after a restore: no stale copy of old secrets
-    names = [t["name"] for t in tasks_of("rollback.yml")]
-    restart = [i for i, n in enumerate(names) if n.startswith("Restart on the previous unit")][0]
-    assert names.index(restore["name"]) < restart
-
-
-def test_a_healthy_change_keeps_the_old_env_only_as_the_root_only_previous_deployment():
-    """After a healthy start the backup (old secrets beside the live file) goes; the one copy left is the
-    record's previous.env (root 0600, in a root 0700 directory), for playbooks/rollback.yml."""
-    record = _flatten(tasks_of("record.yml"))
-    (drop,) = [t for t in record if module_args(t)[1].get("state") == "absent"]
-    assert "_serving_env.backup_file" in drop["loop"] and "_serving_unit.backup_file" in drop["loop"]
-    assert module_args(drop)[1]["path"] == "{{ _serving_record_backup }}"
-    (keep,) = [t for t in record if str(module_args(t)[1].get("dest", "")).endswith("/previous.env")]
-    _, args = module_args(keep)
-    assert "_serving_env.backup_file" in args["src"] and args["remote_src"] is True
-    assert (args["owner"], args["group"], args["mode"]) == ("root", "root", "0600")
-    assert keep["no_log"] is True and keep["diff"] is False
-    dirs = [module_args(t)[1] for t in record if module_args(t)[1].get("state") == "directory"]
-    assert dirs and all((d["owner"], d["group"], d["mode"]) == ("root", "root", "0700") for d in dirs)
-    names = [t["name"] for t in record]
-    assert names.index(keep["name"]) < names.index(drop["name"])
-    # record.yml runs only after the block whose rescue ends in a failure, i.e. once healthy
-    instance = tasks_of("instance.yml")
-    (include,) = [t for t in instance if "record.yml" in str(t.get("ansible.builtin.include_tasks"))]
-    assert instance.index(include) == len(instance) - 1
 
 
 def _flatten(tasks):
@@ -459,13 +371,78 @@ def _flatten(tasks):
     return out
 
 
-def test_unit_diff_is_off_only_when_it_replaces_a_unit_that_had_env_values_inline():
-    """Units of earlier versions carried env values as Environment=: their diff would print them once."""
-    task = _task_named(tasks_of("instance.yml"), "Render the systemd unit")
-    check = _task_named(tasks_of("instance.yml"), "predates env files")
-    _, args = module_args(check)
-    assert args["argv"][:3] == ["grep", "-qs", "^EnvironmentFile="]
-    assert check["check_mode"] is False and check["changed_when"] is False
-    for rc, shown in ((0, True), (1, False), (2, True)):
-        got = _template(task["diff"], _serving_unit_legacy={"rc": rc})
-        assert got in (shown, str(shown)), (rc, got)
+def _task_named(tasks, fragment):
+    found = [t for t in _flatten(tasks) if fragment in t.get("name", "")]
+    assert len(found) == 1, "want one task named like %r, got %d" % (fragment, len(found))
+    return found[0]
+
+
+def lifecycle_steps(name):
+    """{state: task} of the deployment module's tasks in tasks/<name>."""
+    return dict((t["llmops.serving.deployment"]["state"], t) for t in _flatten(tasks_of(name))
+                if "llmops.serving.deployment" in t)
+
+
+def test_env_file_is_written_by_the_lifecycle_from_the_template_and_never_shown():
+    from ansible_collections.llmops.serving.plugins.modules import deployment
+
+    from tests.unit.plugins.modules.test_gguf_module import capture_module_kwargs
+
+    deploy = lifecycle_steps("instance.yml")["deploy"]
+    args = deploy["llmops.serving.deployment"]
+    assert args["env_file"] == "{{ _serving_item.env_file }}"
+    assert "serving.env.j2" in args["env_content"] and "serving.service.j2" in args["unit_content"]
+    assert args["dir"] == "{{ serving_deployments_dir }}"
+    # the content is a no_log option: Ansible masks it wherever it would print it
+    assert capture_module_kwargs(deployment)["argument_spec"]["env_content"]["no_log"] is True
+    # the key file (its own task) is written before the unit that names it
+    names = [t.get("name", "") for t in tasks_of("instance.yml")]
+    assert names.index(deploy["name"]) > [i for i, n in enumerate(names) if "API key file" in n][0]
+
+
+UNCHANGED = {"changed": False, "unit_changed": False, "env_changed": False, "rollback": []}
+SKIPPED = {"changed": False, "skipped": True}
+ENV_ONLY = {"changed": True, "unit_changed": False, "env_changed": True, "rollback": ["environment file"]}
+
+
+def test_env_change_restarts_the_instance_like_a_unit_change():
+    task = _task_named(tasks_of("instance.yml"), "Restart or start")
+    _, args = module_args(task)
+    assert _template(args["state"], _serving_deploy=ENV_ONLY, _serving_key=SKIPPED) == "restarted"
+    assert _template(args["daemon_reload"], _serving_deploy=ENV_ONLY) in (False, "False")
+    assert _template(args["state"], _serving_deploy=UNCHANGED, _serving_key=SKIPPED) == "started"
+
+
+def test_rollback_runs_when_only_the_env_file_changed_and_not_on_a_first_deployment():
+    task = _task_named(tasks_of("instance.yml"), "Roll back")
+    when = task["when"] if isinstance(task["when"], str) else " and ".join("(%s)" % w for w in task["when"])
+    got = _template("{{ %s }}" % when, serving_rollback=True, _serving_deploy=ENV_ONLY)
+    assert got is True or got == "True"
+    first = dict(ENV_ONLY, unit_changed=True, rollback=[])
+    got = _template("{{ %s }}" % when, serving_rollback=True, _serving_deploy=first)
+    assert got is False or got == "False"
+
+
+def test_rollback_restores_through_the_lifecycle_then_restarts():
+    """The files the change replaced come back (the module's own tests: test_deployment.py), the failed
+    unit is kept, no copy of the failed env file is."""
+    steps = lifecycle_steps("rollback.yml")
+    restore = steps["restore"]["llmops.serving.deployment"]
+    assert restore["env_file"] == "{{ _serving_item.env_file }}"
+    assert restore["keep_failed_unit"] == "{{ _serving_failed_unit }}"
+    names = [t["name"] for t in tasks_of("rollback.yml")]
+    restart = [i for i, n in enumerate(names) if n.startswith("Restart on the previous unit")][0]
+    assert names.index(steps["restore"]["name"]) < restart
+    assert set(steps) == {"restore"}
+
+
+def test_a_healthy_change_is_committed_after_the_gate():
+    """record.yml commits (before.* become previous.*, root 0600 in a root 0700 directory) and runs only after
+    the block whose rescue ends in a failure, i.e. once healthy."""
+    commit = lifecycle_steps("record.yml")["commit"]["llmops.serving.deployment"]
+    assert commit["unit_changed"] == "{{ _serving_deploy.unit_changed }}"
+    assert commit["env_changed"] == "{{ _serving_deploy.env_changed }}"
+    instance = tasks_of("instance.yml")
+    (include,) = [t for t in instance if "record.yml" in str(t.get("ansible.builtin.include_tasks"))]
+    assert instance.index(include) == len(instance) - 1
+

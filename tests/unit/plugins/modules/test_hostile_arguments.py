@@ -183,6 +183,9 @@ def _working(name, root):
     env_file = _make_path(root, "text", "")
     dead = "http://127.0.0.1:9"  # discard port: nothing listens, refused at once
     return {
+        "deployment": {"state": "deploy", "dir": os.path.join(root, "deployments"), "name": "q",
+                       "unit_file": os.path.join(root, "q.service"), "env_file": env_file,
+                       "unit_content": "[Service]\n", "env_content": "KEY=sk-abc\n"},
         "disk_space": {"writes": [{"path": root, "bytes": 1024, "label": "m"}], "reserve": "1GiB"},
         "firewall_ports": {"owner": "llmops", "ports": ["8000/tcp"], "sources": ["10.0.0.0/8"],
                            "record_dir": os.path.join(root, "fw"), "firewall_cmd": fifo},

@@ -2,8 +2,6 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """plugins/plugin_utils/rollout.py and plugins/filter/fleet.py: records, servers, rollback choice, summary."""
-import base64
-import json
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -22,10 +20,6 @@ def plan(**over):
             "settings": {"max_model_len": 4096}, "argv": ["--secret-free"], "env": {"A": "1"}}
     item.update(over)
     return item
-
-
-def b64(value):
-    return base64.b64encode(json.dumps(value).encode("utf-8")).decode("ascii")
 
 
 def test_record_keeps_what_the_unit_runs_and_the_health_fields():
@@ -81,19 +75,11 @@ def test_rollback_selection():
         rollout.rollback_selection(records, "b", host="n1")
     with pytest.raises(rollout.RolloutError, match="instance c has no deployment record"):
         rollout.rollback_selection(records, "c")
+    # the refusal names where the records are (role serving's serving_deployments_dir)
+    with pytest.raises(rollout.RolloutError, match=r"no deployment record on n1 \(/srv/deployments/c\)"):
+        rollout.rollback_selection(records, "c", host="n1", directory="/srv/deployments")
     with pytest.raises(rollout.RolloutError, match="no instance on n1 has a previous deployment"):
         rollout.rollback_selection([{"name": "b", "previous": False}], host="n1")
-
-
-def test_record_entry_decodes_slurp_content():
-    current, previous = rollout.deployment_record(plan()), rollout.deployment_record(plan(build_id="0.32"))
-    entry = FILTERS["fleet_record_entry"]((b64(current), b64(previous)))
-    assert entry["name"] == "qwen" and entry["previous"] is True
-    assert entry["previous_record"]["build_id"] == "0.32"
-    alone = rollout.record_entry((b64(current), ""))
-    assert alone["previous"] is False and alone["previous_record"] is None
-    with pytest.raises(rollout.RolloutError, match="no instance name or unit"):
-        rollout.record_entry((b64({"time": 1}), ""))
 
 
 def test_summary_names_updated_failed_and_untouched_hosts():

@@ -1,0 +1,421 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The deployment lifecycle of one serving instance on its node: where a failed deploy is rolled back.
+
+An instance runs from two live files, its systemd unit and its environment file (root 0600: it holds
+secrets). Beside them, ``<deployments dir>/<instance>/`` (root 0700) keeps:
+
+    current.json                 the record of what runs now (written once the instance is healthy)
+    previous.service/.env/.json  the deployment before it: what playbooks/rollback.yml and the fleet put back
+    before.service/.env          the live files a change replaced, until that change passed its health gate
+
+The lifecycle, one function per step (each returns what it did; ``check_mode`` computes, writes nothing):
+
+    deploy   write the new unit and env file; the replaced ones are kept as before.*  (role serving)
+    restore  the change failed the health gate: before.* back in place, the failed unit
+             kept for inspection                                                      (role serving's rescue)
+    commit   the change is healthy: before.* become previous.*, the former current.json
+             previous.json, and current.json records what runs now                     (role serving)
+    swap     current <-> previous: unit, env file and record                           (the fleet: a failed
+             smoke check, playbooks/rollback.yml; a swap, so running it again returns to the newer one)
+    query    the records of one or every instance                                      (the fleet)
+
+One mechanism carries out every step (``apply``): each step computes the new content of every file it
+touches from what it read, then ``apply`` writes each new file to a temporary name in its own directory and
+only when all of them are written renames them into place. A step that cannot be written (disk full, a
+directory gone) leaves every file as it was; a rename that fails half-way is undone with the contents read
+at the start. Nothing here returns the content of an environment file.
+
+Plain Python 3.6, standard library only; importable and unit-tested without Ansible
+(tests/unit/plugins/module_utils/test_deployment.py).
+"""
+from __future__ import absolute_import, division, print_function
+
+import errno
+import hashlib
+import json
+import os
+import re
+import stat
+import tempfile
+
+__metaclass__ = type
+
+STATES = ("deploy", "restore", "commit", "swap", "query")
+# A unit or an env file is a few KiB; a bigger file in these places is not one the role wrote.
+MAX_FILE = 1 << 20
+# Instance names as role serving allows them (instance_plan._NAME_RE): a single path component.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+# The kinds of live file, as the messages name them.
+UNIT, ENV = "unit", "environment file"
+UNIT_MODE, ENV_MODE, RECORD_MODE, DIR_MODE = 0o644, 0o600, 0o600, 0o700
+
+
+class DeploymentError(Exception):
+    """A lifecycle step cannot be carried out; the message says why and what to do."""
+
+
+class Paths(object):
+    """The live files of instance `name` and its slots under `<root>/<name>/`."""
+
+    def __init__(self, root, name, unit_file=None, env_file=None):
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise DeploymentError("instance name %r: use letters, digits, '.', '_' or '-' (at most 63, "
+                                  "starting with a letter or digit)" % (name,))
+        for label, path in (("dir", root), ("unit_file", unit_file), ("env_file", env_file)):
+            if path is not None and (not isinstance(path, str) or not os.path.isabs(path) or "\x00" in path):
+                raise DeploymentError("%s must be an absolute path, got %r" % (label, path))
+        self.root = root
+        self.name = name
+        self.dir = os.path.join(root, name)
+        self.unit_file = unit_file
+        self.env_file = env_file
+
+    def slot(self, filename):
+        return os.path.join(self.dir, filename)
+
+
+def read_file(path):
+    """The bytes of regular file `path`, or None when there is none. Never follows a link or opens a FIFO."""
+    if path is None:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise DeploymentError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DeploymentError("%s is not a regular file (a link, directory or device): the deployment "
+                              "lifecycle never follows or replaces one. Remove it and run again" % path)
+    if st.st_size > MAX_FILE:
+        raise DeploymentError("%s is %d bytes, larger than any unit, env file or record (%d): not one "
+                              "role serving wrote. Remove it and run again" % (path, st.st_size, MAX_FILE))
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise DeploymentError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
+    try:
+        data = b""
+        while len(data) <= MAX_FILE:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    return data
+
+
+def read_record(path):
+    """The JSON record at `path` (a dict), or None when there is none."""
+    data = read_file(path)
+    if data is None:
+        return None
+    try:
+        record = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeError) as exc:
+        raise DeploymentError("deployment record %s is not JSON (%s): remove it, or restore it from a "
+                              "backup, and run again" % (path, exc)) from None
+    if not isinstance(record, dict) or not record.get("name") or not record.get("unit"):
+        raise DeploymentError("deployment record %s has no instance name or unit" % path)
+    return record
+
+
+def checksum(data):
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+def record_bytes(record):
+    return (json.dumps(record, indent=4, sort_keys=True) + "\n").encode("utf-8")
+
+
+def predates_env_files(unit):
+    """A unit of the versions before env files carried the env values inline (Environment=): the diff that
+    replaces it would print them, so it is not shown."""
+    if unit is None:
+        return False
+    return not any(line.startswith(b"EnvironmentFile=") for line in unit.splitlines())
+
+
+def _text(data):
+    return data.decode("utf-8", "replace") if data is not None else ""
+
+
+# --- the steps: each one reads, decides and returns {path: (new bytes or None to remove, mode)} ----------
+
+def plan_deploy(paths, unit, env):
+    """The new unit and env file (bytes; env None: not managed). The live files they replace are kept
+    as before.* unless a change that never passed its gate already kept older ones there (those are still
+    the last deployment that ran before it)."""
+    live_unit, live_env = read_file(paths.unit_file), read_file(paths.env_file)
+    unit_changed = live_unit != unit
+    env_changed = env is not None and live_env != env
+    writes = {}
+    if unit_changed:
+        writes[paths.unit_file] = (unit, UNIT_MODE)
+        if live_unit is not None and read_file(paths.slot("before.service")) is None:
+            writes[paths.slot("before.service")] = (live_unit, UNIT_MODE)
+    if env_changed:
+        writes[paths.env_file] = (env, ENV_MODE)
+        if live_env is not None and read_file(paths.slot("before.env")) is None:
+            writes[paths.slot("before.env")] = (live_env, ENV_MODE)
+    rollback = [kind for kind, slot in ((UNIT, "before.service"), (ENV, "before.env"))
+                if paths.slot(slot) in writes or read_file(paths.slot(slot)) is not None]
+    return {"writes": writes, "unit_changed": unit_changed, "env_changed": env_changed,
+            "rollback": rollback if (unit_changed or env_changed) else [],
+            "diff": None if predates_env_files(live_unit) else {
+                "before": _text(live_unit), "after": _text(unit),
+                "before_header": paths.unit_file, "after_header": paths.unit_file}}
+
+
+def plan_restore(paths, keep_failed_unit=None):
+    """before.* back in place; the live (failed) unit copied to `keep_failed_unit`. The failed env file is
+    not kept: it holds secrets, and the inventory has its values."""
+    before_unit, before_env = read_file(paths.slot("before.service")), read_file(paths.slot("before.env"))
+    writes, restored = {}, []
+    if before_unit is None and before_env is None:
+        return {"writes": writes, "restored": restored}
+    live_unit = read_file(paths.unit_file)
+    if keep_failed_unit and live_unit is not None:
+        writes[keep_failed_unit] = (live_unit, UNIT_MODE)
+    if before_unit is not None:
+        writes[paths.unit_file] = (before_unit, UNIT_MODE)
+        writes[paths.slot("before.service")] = (None, UNIT_MODE)
+        restored.append(UNIT)
+    if before_env is not None:
+        writes[paths.env_file] = (before_env, ENV_MODE)
+        writes[paths.slot("before.env")] = (None, ENV_MODE)
+        restored.append(ENV)
+    return {"writes": writes, "restored": restored}
+
+
+def plan_commit(paths, record, unrecorded_record=None, unit_changed=False, env_changed=False):
+    """The change is healthy. When the unit or env file changed in this run, the deployment before it
+    becomes previous.*: the unit and env file it replaced (before.*), or the live one that did not change;
+    the former current.json, or for a deployment made before records `unrecorded_record` with its unit's
+    checksum. A first deployment (a new unit, nothing replaced) has no previous. current.json is written
+    when something changed or there is none yet; otherwise nothing is written."""
+    if not isinstance(record, dict):
+        raise DeploymentError("commit needs the record of what runs now (a dict), got %r" % (record,))
+    changed = bool(unit_changed or env_changed)
+    before_unit, before_env = read_file(paths.slot("before.service")), read_file(paths.slot("before.env"))
+    live_unit, live_env = read_file(paths.unit_file), read_file(paths.env_file)
+    current = read_file(paths.slot("current.json"))
+    writes = {}
+    has_previous = changed and (before_unit is not None or not unit_changed)
+    if has_previous:
+        previous_unit = before_unit if before_unit is not None else live_unit
+        previous_env = before_env if before_env is not None else live_env
+        writes[paths.slot("previous.service")] = (previous_unit, UNIT_MODE)
+        writes[paths.slot("previous.env")] = (previous_env, ENV_MODE)
+        if current is not None:
+            read_record(paths.slot("current.json"))     # refuse a broken record before it becomes previous
+            writes[paths.slot("previous.json")] = (current, RECORD_MODE)
+        else:
+            old = dict(unrecorded_record or record)
+            old["unit_checksum"] = checksum(previous_unit)
+            writes[paths.slot("previous.json")] = (record_bytes(old), RECORD_MODE)
+    for slot, data in (("before.service", before_unit), ("before.env", before_env)):
+        if data is not None:
+            writes[paths.slot(slot)] = (None, UNIT_MODE)
+    if changed or current is None:
+        now = dict(record)
+        now["unit_checksum"] = checksum(live_unit)
+        writes[paths.slot("current.json")] = (record_bytes(now), RECORD_MODE)
+    previous = has_previous or (read_file(paths.slot("previous.service")) is not None)
+    return {"writes": writes, "previous": previous}
+
+
+def plan_swap(paths):
+    """Exchange the live unit, env file and record with previous.*; refuses when there is no previous
+    deployment (nothing is touched then)."""
+    current = read_record(paths.slot("current.json"))
+    previous = read_record(paths.slot("previous.json"))
+    previous_unit = read_file(paths.slot("previous.service"))
+    if current is None:
+        raise DeploymentError("instance %s has no deployment record (%s): it was never deployed by role "
+                              "serving here" % (paths.name, paths.slot("current.json")))
+    if previous is None or previous_unit is None:
+        raise DeploymentError("instance %s has no previous deployment to roll back to (%s): it was deployed "
+                              "once, or never changed since records exist" % (paths.name, paths.dir))
+    live_unit = read_file(paths.unit_file)
+    if live_unit is None:
+        raise DeploymentError("the unit %s of instance %s is gone: deploy the instance again (role serving) "
+                              "before rolling it back" % (paths.unit_file, paths.name))
+    writes = {paths.unit_file: (previous_unit, UNIT_MODE),
+              paths.slot("previous.service"): (live_unit, UNIT_MODE),
+              paths.slot("current.json"): (read_file(paths.slot("previous.json")), RECORD_MODE),
+              paths.slot("previous.json"): (read_file(paths.slot("current.json")), RECORD_MODE)}
+    previous_env = read_file(paths.slot("previous.env"))
+    if previous_env is not None:
+        live_env = read_file(paths.env_file)
+        writes[paths.env_file] = (previous_env, ENV_MODE)
+        writes[paths.slot("previous.env")] = (live_env, ENV_MODE)
+    return {"writes": writes, "record": previous, "previous_record": current,
+            "diff": None if predates_env_files(live_unit) or predates_env_files(previous_unit) else {
+                "before": _text(live_unit), "after": _text(previous_unit),
+                "before_header": paths.unit_file, "after_header": paths.unit_file}}
+
+
+def query(root, name=None):
+    """[{name, current, previous, previous_record}] of the instances recorded under `root` (only `name`'s
+    when given), sorted by name. `previous`: a previous deployment can be swapped in."""
+    if name is not None:
+        names = [Paths(root, name).name]
+    else:
+        try:
+            names = sorted(n for n in os.listdir(root) if NAME_RE.match(n))
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                return []
+            raise DeploymentError("cannot list %s: %s" % (root, exc.strerror or exc)) from None
+    out = []
+    for entry in names:
+        paths = Paths(root, entry)
+        current = read_record(paths.slot("current.json"))
+        if current is None:
+            continue
+        previous_record = read_record(paths.slot("previous.json"))
+        previous = previous_record is not None and read_file(paths.slot("previous.service")) is not None
+        out.append({"name": current["name"], "current": current, "previous": previous,
+                    "previous_record": previous_record})
+    return out
+
+
+# --- the one mechanism that writes -----------------------------------------------------------------------
+
+def _owner():
+    """Root owns what root writes; an unprivileged run (the unit tests) keeps its own user."""
+    return (0, 0) if os.geteuid() == 0 else None
+
+
+def _stage(path, data, mode, dir_of):
+    """`data` written and synced to a temporary name beside `path`; returns that name."""
+    directory = os.path.dirname(path)
+    if directory == dir_of and not os.path.isdir(directory):
+        # the deployments directory as any other under /var/lib; the instance's own root only (secrets)
+        parent = os.path.dirname(directory)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, 0o755)
+        os.mkdir(directory, DIR_MODE)
+        os.chmod(directory, DIR_MODE)
+    fd, temp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
+    try:
+        os.fchmod(fd, mode)
+        owner = _owner()
+        if owner:
+            os.fchown(fd, owner[0], owner[1])
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(temp)
+        raise
+    os.close(fd)
+    return temp
+
+
+def apply(writes, instance_dir, check_mode=False, _rename=os.rename):
+    """Carry out a step's writes ({path: (bytes or None, mode)}): every new file staged first, then renamed
+    into place; removals last. Returns the sorted paths that change. A staging failure removes the staged
+    files and leaves everything as it was; a failed rename puts back what it had replaced."""
+    changes = {}
+    for path, (data, mode) in writes.items():
+        old = read_file(path)
+        if old != data:
+            changes[path] = (data, mode, old)
+    if check_mode or not changes:
+        return sorted(changes)
+    staged = {}
+    try:
+        for path, (data, mode, _old) in sorted(changes.items()):
+            if data is not None:
+                staged[path] = _stage(path, data, mode, instance_dir)
+    except (OSError, IOError) as exc:
+        for temp in staged.values():
+            _unlink(temp)
+        raise DeploymentError("nothing was changed: cannot write %s (%s)"
+                              % (getattr(exc, "filename", None) or "a file", exc.strerror or exc)) from None
+    done = []
+    failing = None
+    try:
+        for failing in sorted(staged):
+            _rename(staged[failing], failing)
+            done.append(failing)
+    except (OSError, IOError) as exc:
+        for temp in (staged[p] for p in staged if p not in done):
+            _unlink(temp)
+        for path in done:
+            _data, mode, old = changes[path]
+            if old is None:
+                _unlink(path)
+            else:
+                try:
+                    os.rename(_stage(path, old, mode, instance_dir), path)
+                except (OSError, IOError):
+                    pass
+        raise DeploymentError("nothing was changed: renaming into %s failed (%s); the files it had "
+                              "replaced are back" % (failing, exc.strerror or exc)) from None
+    for path, (data, _mode, _old) in sorted(changes.items()):
+        if data is None:
+            _unlink(path)
+    return sorted(changes)
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+# --- the steps, planned and carried out --------------------------------------------------------------------
+
+def run(state, root, name=None, unit_file=None, env_file=None, unit_content=None, env_content=None,
+        keep_failed_unit=None, record=None, unrecorded_record=None, unit_changed=False, env_changed=False,
+        check_mode=False):
+    """One lifecycle step; returns the module's result (without the content of any env file)."""
+    if state not in STATES:
+        raise DeploymentError("state must be one of %s, got %r" % (", ".join(STATES), state))
+    if not isinstance(root, str) or not os.path.isabs(root):
+        raise DeploymentError("dir must be an absolute path, got %r" % (root,))
+    if state == "query":
+        return {"changed": False, "dir": root, "records": query(root, name)}
+    paths = Paths(root, name, unit_file, env_file)
+    need = {"deploy": ("unit_file", "env_file"), "restore": ("unit_file", "env_file"),
+            "commit": ("unit_file", "env_file"), "swap": ("unit_file", "env_file")}[state]
+    for option in need:
+        if getattr(paths, option) is None:
+            raise DeploymentError("state %s needs %s" % (state, option))
+    result = {"dir": root, "instance_dir": paths.dir}
+    if state == "deploy":
+        if not isinstance(unit_content, str):
+            raise DeploymentError("state deploy needs unit_content (the unit's text)")
+        plan = plan_deploy(paths, unit_content.encode("utf-8"),
+                           None if env_content is None else env_content.encode("utf-8"))
+        result.update(unit_changed=plan["unit_changed"], env_changed=plan["env_changed"],
+                      rollback=plan["rollback"])
+    elif state == "restore":
+        if keep_failed_unit is not None and not os.path.isabs(keep_failed_unit):
+            raise DeploymentError("keep_failed_unit must be an absolute path, got %r" % (keep_failed_unit,))
+        plan = plan_restore(paths, keep_failed_unit)
+        result.update(restored=plan["restored"], failed_unit=keep_failed_unit if plan["restored"] else None)
+    elif state == "commit":
+        plan = plan_commit(paths, record, unrecorded_record, unit_changed, env_changed)
+        result.update(previous=plan["previous"])
+    else:
+        plan = plan_swap(paths)
+        result.update(record=plan["record"], previous_record=plan["previous_record"])
+    changed = apply(plan["writes"], paths.dir, check_mode=check_mode)
+    result["changed"] = bool(changed)
+    # which files change, by path; an env file is named, never shown
+    result["files"] = changed
+    if plan.get("diff") is not None and paths.unit_file in changed:
+        result["diff"] = plan["diff"]
+    return result

@@ -1,0 +1,226 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: deployment
+short_description: Deploy, restore, commit, swap or list a serving instance's unit, env file and record
+version_added: "0.7.0"
+description:
+  - The deployment lifecycle of one serving instance (role C(llmops.serving.serving)'s health gate and role
+    C(llmops.serving.fleet)'s rollback) - its live systemd unit and environment file, and beside them
+    C(<dir>/<name>/) (root 0700) with C(current.json), C(previous.service), C(previous.env),
+    C(previous.json), and C(before.service)/C(before.env) while a change waits for its health gate.
+  - V(deploy) writes O(unit_content) to O(unit_file) and O(env_content) to O(env_file) (root 0600) when they
+    differ; the files they replace are kept as C(before.*). V(restore) puts C(before.*) back (a change
+    that failed its health gate) and keeps the failed unit as O(keep_failed_unit). V(commit) makes
+    C(before.*) the previous deployment and writes C(current.json) from O(record) (the change is healthy).
+    V(swap) exchanges the live unit, env file and record with the previous ones (a failed smoke check,
+    C(playbooks/rollback.yml)). V(query) lists the records and changes nothing.
+  - Every step writes each new file to a temporary name beside it and renames them all into place only when
+    all are written - a step that fails leaves the files as they were.
+  - The content of an environment file is never returned or shown in a diff; the diff shows the unit.
+  - The logic is in C(plugins/module_utils/deployment.py).
+options:
+  state:
+    description:
+      - The lifecycle step.
+    type: str
+    required: true
+    choices: [deploy, restore, commit, swap, query]
+  dir:
+    description:
+      - The deployments directory, one subdirectory per instance (role serving's C(serving_deployments_dir)).
+    type: path
+    required: true
+  name:
+    description:
+      - The instance. Required unless O(state=query), which lists every instance when it is not given.
+    type: str
+  unit_file:
+    description:
+      - The instance's systemd unit file (absolute path). Required unless O(state=query).
+    type: path
+  env_file:
+    description:
+      - The instance's environment file (absolute path; root 0600). Required unless O(state=query).
+    type: path
+  unit_content:
+    description:
+      - The unit's text, for O(state=deploy).
+    type: str
+  env_content:
+    description:
+      - The environment file's text, for O(state=deploy); unset leaves the file alone. Holds secrets.
+    type: str
+  keep_failed_unit:
+    description:
+      - For O(state=restore) - where the unit that failed its health check is kept for inspection.
+    type: path
+  record:
+    description:
+      - For O(state=commit) - the record of what runs now (the filter
+        C(llmops.serving.fleet_deployment_record)); the module adds the unit's checksum.
+    type: dict
+  unrecorded_record:
+    description:
+      - For O(state=commit) - the record of the previous deployment when it predates records
+        (C(llmops.serving.fleet_unrecorded_deployment)).
+    type: dict
+  unit_changed:
+    description:
+      - For O(state=commit) - whether V(deploy) changed the unit in this run (RV(unit_changed)).
+    type: bool
+    default: false
+  env_changed:
+    description:
+      - For O(state=commit) - whether V(deploy) changed the environment file in this run (RV(env_changed)).
+    type: bool
+    default: false
+author:
+  - llmops.serving developers (@llmops)
+attributes:
+  check_mode:
+    support: full
+    details: Reads the files and reports what the step would change, without changing them.
+  diff_mode:
+    support: full
+    details: The unit's change (not shown when the replaced unit predates env files and held env values).
+  platform:
+    platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+"""
+
+EXAMPLES = r"""
+- name: Write the unit and env file of instance qwen (the replaced ones are kept until it is healthy)
+  llmops.serving.deployment:
+    state: deploy
+    dir: /var/lib/llmops/deployments
+    name: qwen
+    unit_file: /etc/systemd/system/llama-server-qwen.service
+    env_file: /etc/llama-server/qwen.env
+    unit_content: "{{ lookup('ansible.builtin.template', 'serving.service.j2') }}"
+    env_content: "{{ lookup('ansible.builtin.template', 'serving.env.j2') }}"
+  register: deployed
+
+- name: Put the previous deployment of qwen back in place (playbooks/rollback.yml)
+  llmops.serving.deployment:
+    state: swap
+    dir: /var/lib/llmops/deployments
+    name: qwen
+    unit_file: /etc/systemd/system/llama-server-qwen.service
+    env_file: /etc/llama-server/qwen.env
+"""
+
+RETURN = r"""
+dir:
+  description: The deployments directory.
+  returned: always
+  type: str
+instance_dir:
+  description: The instance's directory under RV(dir).
+  returned: unless O(state=query)
+  type: str
+files:
+  description: The files the step changed (or, in check mode, would change), by path.
+  returned: unless O(state=query)
+  type: list
+  elements: str
+unit_changed:
+  description: Whether the unit differs from O(unit_content).
+  returned: O(state=deploy)
+  type: bool
+env_changed:
+  description: Whether the environment file differs from O(env_content).
+  returned: O(state=deploy)
+  type: bool
+rollback:
+  description: What a failed health gate can put back (V(unit), V(environment file)) after this change.
+  returned: O(state=deploy)
+  type: list
+  elements: str
+restored:
+  description: What was put back (V(unit), V(environment file)); empty when there was nothing to restore.
+  returned: O(state=restore)
+  type: list
+  elements: str
+failed_unit:
+  description: Where the failed unit is kept (O(keep_failed_unit)), when something was restored.
+  returned: O(state=restore)
+  type: str
+previous:
+  description: Whether the instance has a previous deployment now.
+  returned: O(state=commit)
+  type: bool
+record:
+  description: The record of the deployment that runs after the swap.
+  returned: O(state=swap)
+  type: dict
+previous_record:
+  description: The record of the deployment swapped out.
+  returned: O(state=swap)
+  type: dict
+records:
+  description: The records, C({name, current, previous, previous_record}) per instance, sorted by name.
+  returned: O(state=query)
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.deployment import DeploymentError, run  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
+    new_module,
+    unexpected_failure,
+)
+
+
+def main():
+    module = new_module(
+        AnsibleModule,
+        argument_spec=dict(
+            state=dict(type="str", required=True, choices=["deploy", "restore", "commit", "swap", "query"]),
+            dir=dict(type="path", required=True),
+            name=dict(type="str"),
+            unit_file=dict(type="path"),
+            env_file=dict(type="path"),
+            unit_content=dict(type="str"),
+            env_content=dict(type="str", no_log=True),
+            keep_failed_unit=dict(type="path"),
+            record=dict(type="dict"),
+            unrecorded_record=dict(type="dict"),
+            unit_changed=dict(type="bool", default=False),
+            env_changed=dict(type="bool", default=False),
+        ),
+        required_if=[("state", "deploy", ("name", "unit_file", "env_file", "unit_content")),
+                     ("state", "restore", ("name", "unit_file", "env_file")),
+                     ("state", "commit", ("name", "unit_file", "env_file", "record")),
+                     ("state", "swap", ("name", "unit_file", "env_file"))],
+        supports_check_mode=True,
+    )
+    with unexpected_failure(module, "deployment"):
+        p = module.params
+        try:
+            result = run(p["state"], p["dir"], name=p["name"], unit_file=p["unit_file"],
+                         env_file=p["env_file"], unit_content=p["unit_content"],
+                         env_content=p["env_content"], keep_failed_unit=p["keep_failed_unit"],
+                         record=p["record"], unrecorded_record=p["unrecorded_record"],
+                         unit_changed=p["unit_changed"], env_changed=p["env_changed"],
+                         check_mode=module.check_mode)
+        except DeploymentError as exc:
+            module.fail_json(msg=str(exc), changed=False)
+        if not module._diff:
+            result.pop("diff", None)
+        module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+# Copyright: contributors to llmops.serving
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""llmops.serving.deployment run as Ansible runs it: check mode and diff, the env file never shown, a
+refusal as one clear failure."""
+
+import json
+
+from tests.helpers import run_module_file
+
+SECRET = "hf-module-secret-2c9e"
+
+
+def args(tmp_path, **over):
+    (tmp_path / "systemd").mkdir(exist_ok=True)
+    out = {"state": "deploy", "dir": str(tmp_path / "deployments"), "name": "q",
+           "unit_file": str(tmp_path / "systemd" / "q.service"), "env_file": str(tmp_path / "q.env"),
+           "unit_content": "[Service]\nEnvironmentFile=/q.env\nExecStart=/bin/true\n",
+           "env_content": "HF_TOKEN=%s\n" % SECRET}
+    out.update(over)
+    return out
+
+
+def test_check_mode_with_diff_shows_the_unit_and_writes_nothing(tmp_path):
+    result = run_module_file(tmp_path, "deployment", dict(args(tmp_path), _ansible_diff=True),
+                             check_mode=True)
+    assert result["changed"] is True and result["unit_changed"] and result["env_changed"]
+    assert "ExecStart=/bin/true" in result["diff"]["after"]
+    assert not (tmp_path / "q.env").exists() and not (tmp_path / "systemd" / "q.service").exists()
+    assert SECRET not in json.dumps(result)
+
+
+def test_deploy_then_commit_then_nothing_changes(tmp_path):
+    deployed = run_module_file(tmp_path, "deployment", args(tmp_path))
+    assert deployed["changed"] is True and (tmp_path / "q.env").read_text() == "HF_TOKEN=%s\n" % SECRET
+    assert SECRET not in json.dumps(deployed)
+    record = {"name": "q", "unit": "q.service"}
+    committed = run_module_file(tmp_path, "deployment", args(tmp_path, state="commit", record=record,
+                                                             unit_changed=True, env_changed=True))
+    assert committed["changed"] is True and committed["previous"] is False
+    assert run_module_file(tmp_path, "deployment", args(tmp_path))["changed"] is False
+    records = run_module_file(tmp_path, "deployment",
+                              {"state": "query", "dir": str(tmp_path / "deployments")})
+    assert [r["name"] for r in records["records"]] == ["q"] and records["changed"] is False
+
+
+def test_swap_without_a_previous_deployment_fails_clearly(tmp_path):
+    result = run_module_file(tmp_path, "deployment", args(tmp_path, state="swap"))
+    assert result["failed"] is True and "instance q has no deployment record" in result["msg"]
