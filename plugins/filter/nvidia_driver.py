@@ -9,11 +9,13 @@ plugins/module_utils/nvidia_driver.py (where the driver plan is):
                                                                                  nvidia_driver_el7_flavor) }}
     {{ nvidia_driver_version | llmops.serving.nvidia_driver_preflight_summary(llmops_gpus, reboot_policy,
                                                                              managed) }}
+    {{ nvidia_driver_version | llmops.serving.nvidia_driver_detect_plan(llmops_gpus) }}   (none: ask the node)
 """
 from __future__ import absolute_import, division, print_function
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (
+    detect_plan_without_node,
     headers_needed,
     preflight_summary,
 )
@@ -28,10 +30,18 @@ def nvidia_driver_preflight_summary(wanted_version, gpus, reboot_policy="auto", 
         raise AnsibleFilterError(str(exc)) from None
 
 
+def nvidia_driver_detect_plan(wanted_version, gpus):
+    try:
+        return detect_plan_without_node(wanted_version, gpus)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
 class FilterModule(object):
     """Whether the driver install needs the running kernel's headers; what preflight says the driver stage
     will do (driver_plan()'s detect decision)."""
 
     def filters(self):
         return {"nvidia_driver_headers_needed": headers_needed,
-                "nvidia_driver_preflight_summary": nvidia_driver_preflight_summary}
+                "nvidia_driver_preflight_summary": nvidia_driver_preflight_summary,
+                "nvidia_driver_detect_plan": nvidia_driver_detect_plan}

@@ -163,10 +163,19 @@ def plan_deploy(paths, unit, env):
         writes[paths.env_file] = (env, ENV_MODE)
         if live_env is not None and read_file(paths.slot("before.env")) is None:
             writes[paths.slot("before.env")] = (live_env, ENV_MODE)
+    # Files kept by a change that never passed its gate (the run stopped before it): that change is still
+    # unproven, so it counts as this run's change - restarted, gated, rolled back or committed now.
+    unit_changed = unit_changed or read_file(paths.slot("before.service")) is not None
+    env_changed = env_changed or (env is not None and read_file(paths.slot("before.env")) is not None)
     rollback = [kind for kind, slot in ((UNIT, "before.service"), (ENV, "before.env"))
                 if paths.slot(slot) in writes or read_file(paths.slot(slot)) is not None]
     return {"writes": writes, "unit_changed": unit_changed, "env_changed": env_changed,
             "rollback": rollback if (unit_changed or env_changed) else [],
+            # commit has something to do: a change (a pending one included) or no record yet (a deployment
+            # made before records); otherwise a healthy instance needs no commit and the role skips it
+            "commit_needed": bool(unit_changed or env_changed
+                                  or read_file(paths.slot("current.json")) is None),
+            "previous": read_file(paths.slot("previous.service")) is not None,
             "diff": None if predates_env_files(live_unit) else {
                 "before": _text(live_unit), "after": _text(unit),
                 "before_header": paths.unit_file, "after_header": paths.unit_file}}
@@ -400,7 +409,8 @@ def run(state, root, name=None, unit_file=None, env_file=None, unit_content=None
         plan = plan_deploy(paths, unit_content.encode("utf-8"),
                            None if env_content is None else env_content.encode("utf-8"))
         result.update(unit_changed=plan["unit_changed"], env_changed=plan["env_changed"],
-                      rollback=plan["rollback"])
+                      rollback=plan["rollback"], commit_needed=plan["commit_needed"],
+                      previous=plan["previous"])
     elif state == "restore":
         if keep_failed_unit is not None and not os.path.isabs(keep_failed_unit):
             raise DeploymentError("keep_failed_unit must be an absolute path, got %r" % (keep_failed_unit,))

@@ -173,6 +173,15 @@ def driver_plan(wanted_version, stage, gpus=None, loaded_module="", nouveau_load
     )
 
 
+def detect_plan_without_node(wanted_version, gpus):
+    """The ``detect`` plan when nvidia-smi (llmops_gpus, read earlier in the run) already reports the wanted
+    driver: ``none``, and nothing on the node can change that answer (the sysfs state only matters for the
+    reasons of an install), so the role needs no module call. None when the node must be asked."""
+    if not wanted_driver_loaded(wanted_driver_version(wanted_version), gpus):
+        return None
+    return driver_plan(wanted_version, "detect", gpus=gpus)
+
+
 def preflight_summary(wanted_version, gpus, reboot_policy="auto", managed=True):
     """What preflight says the GPU host stage will do with the driver, before it runs: the ``detect`` plan
     from the GPUs preflight read (the node's sysfs is read by the stage itself), worded with the reboot

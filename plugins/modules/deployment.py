@@ -158,7 +158,13 @@ failed_unit:
   type: str
 previous:
   description: Whether the instance has a previous deployment now.
-  returned: O(state=commit)
+  returned: O(state=commit) or O(state=deploy)
+  type: bool
+commit_needed:
+  description: Whether O(state=commit) has anything to do once the instance is healthy - a change in this
+    step, files kept by a change that never passed its gate, or no record yet. A run that changes nothing
+    skips it.
+  returned: O(state=deploy)
   type: bool
 record:
   description: The record of the deployment that runs after the swap.

@@ -364,10 +364,25 @@ def test_install_path_is_skipped_entirely_when_the_driver_is_right():
     assert modules == {"ansible.builtin.import_tasks", "ansible.builtin.include_vars"}
     detect = el7().tasks("detect.yml")
     assert [next(k for k in t if "." in k) for t in detect] == ["llmops.serving.gpu_facts",
-                                                               "llmops.serving.nvidia_driver_info"]
-    decide = detect[1]
-    assert decide["register"] == "_nvidia_driver_plan"
+                                                               "llmops.serving.nvidia_driver_info",
+                                                               "ansible.builtin.set_fact"]
+    decide, keep = detect[1], detect[2]
+    assert decide["register"] == "_nvidia_driver_plan_read"
     assert decide["llmops.serving.nvidia_driver_info"]["stage"] == "detect"
+    # nvidia-smi already reports the wanted driver: the plan comes without asking the node, and it is
+    # driver_plan()'s own answer
+    loaded = {"present": True, "driver_version": "550.54.14"}
+    old = {"present": True, "driver_version": "535.104.05"}
+    asks = el7(llmops_gpus=loaded, nvidia_driver_version="550.54.14").expr("{{ %s }}" % decide["when"])
+    assert asks is False
+    assert el7(llmops_gpus=old, nvidia_driver_version="550.54.14").expr("{{ %s }}" % decide["when"]) is True
+    keep_expr = keep["ansible.builtin.set_fact"]["_nvidia_driver_plan"]
+    kept = el7(llmops_gpus=loaded, nvidia_driver_version="550.54.14",
+               _nvidia_driver_plan_read={"skipped": True}).expr(keep_expr)
+    assert kept == plan("detect", loaded)
+    read = plan("detect", old)
+    assert el7(llmops_gpus=old, nvidia_driver_version="550.54.14",
+               _nvidia_driver_plan_read=read).expr(keep_expr) == read
     for gpus, action in (({"present": True, "driver_version": "550.54.14"}, "none"),
                          ({"present": True, "driver_version": "535.104.05"}, "install")):
         runs = el7(_nvidia_driver_plan=plan("detect", gpus)).expr("{{ %s }}" % install["when"])

@@ -95,5 +95,10 @@ def test_the_l20_inventory_states_auto_with_its_reason():
 def test_preflight_says_what_auto_will_do():
     with open(os.path.join(ROOT, "playbooks", "preflight.yml")) as handle:
         text = " ".join(handle.read().split())
+    # the sentence comes from driver_plan()'s detect decision (module_utils/nvidia_driver.preflight_summary),
+    # with the policy the inventory sets, auto by default
+    assert "llmops.serving.nvidia_driver_preflight_summary(" in text
     assert "nvidia_driver_allow_reboot | default('auto')" in text
-    assert "reboots the node only when no process uses the GPUs and no serving unit runs" in text
+    from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import preflight_summary
+    said = preflight_summary("550.54.14", {"present": False}, "auto")
+    assert "reboots the node only when no process uses the GPUs and no serving unit runs" in said

@@ -359,7 +359,11 @@ def test_newlines_refused_in_host_mode_before_systemd_239():
 # --- the tasks: the deployment lifecycle writes, restores and keeps the env file like the unit -------------
 
 def _template(expr, **variables):
-    return role_templar(ROLE, variables).template(expr)
+    """`expr` with the role's vars/main.yml (its derived names, such as _serving_deploy_changed) under
+    `variables`."""
+    merged = load_yaml(os.path.join(ROLE, "vars", "main.yml"))
+    merged.update(variables)
+    return role_templar(ROLE, merged).template(expr)
 
 
 def _flatten(tasks):
@@ -411,6 +415,10 @@ def test_env_change_restarts_the_instance_like_a_unit_change():
     assert _template(args["state"], _serving_deploy=ENV_ONLY, _serving_key=SKIPPED) == "restarted"
     assert _template(args["daemon_reload"], _serving_deploy=ENV_ONLY) in (False, "False")
     assert _template(args["state"], _serving_deploy=UNCHANGED, _serving_key=SKIPPED) == "started"
+    # a unit an earlier run wrote and never proved (it stopped before the gate): nothing is written now, but
+    # the change is this run's to restart and gate
+    pending = {"changed": False, "unit_changed": True, "env_changed": False, "rollback": ["unit"]}
+    assert _template(args["state"], _serving_deploy=pending, _serving_key=SKIPPED) == "restarted"
 
 
 def test_rollback_runs_when_only_the_env_file_changed_and_not_on_a_first_deployment():

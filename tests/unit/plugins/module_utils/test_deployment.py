@@ -93,8 +93,30 @@ def test_an_unchanged_run_writes_nothing(node):
     before = node.snapshot()
     again = node.deploy(UNIT_V1, ENV_V1)
     assert again["changed"] is False and again["files"] == [] and again["rollback"] == []
+    # nothing for commit to do (the role skips it): no change, nothing pending, a record there
+    assert again["commit_needed"] is False and again["previous"] is False
     assert node.commit(again, 1)["changed"] is False
     assert node.snapshot() == before
+
+
+def test_commit_is_needed_after_a_change_an_interrupted_gate_or_without_a_record(node):
+    first = node.deploy(UNIT_V1, ENV_V1)
+    assert first["commit_needed"] is True                     # a change
+    node.commit(first, 1)
+    changed = node.deploy(UNIT_V2, ENV_V2)                    # ... and the run stops before its gate
+    assert changed["commit_needed"] is True
+    rerun = node.deploy(UNIT_V2, ENV_V2)                      # no write now, but before.* are pending:
+    assert rerun["changed"] is False and rerun["commit_needed"] is True
+    # the unproven change is this run's: restarted and gated (the role restarts on unit/env changed),
+    # rolled back to v1 if it fails, and v1 becomes previous when it passes
+    assert rerun["unit_changed"] and rerun["env_changed"]
+    assert rerun["rollback"] == ["unit", "environment file"]
+    assert node.commit(rerun, 2)["previous"] is True
+    assert node.read("previous.service") == UNIT_V1 and node.read("previous.env") == ENV_V1
+    settled = node.deploy(UNIT_V2, ENV_V2)
+    assert settled["commit_needed"] is False and settled["previous"] is True
+    os.remove(os.path.join(node.inst, "current.json"))        # a deployment made before records
+    assert node.deploy(UNIT_V2, ENV_V2)["commit_needed"] is True
 
 
 def test_a_healthy_change_makes_the_replaced_deployment_previous(node):

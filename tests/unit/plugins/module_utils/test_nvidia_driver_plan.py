@@ -165,3 +165,14 @@ def test_preflight_without_a_pinned_version_names_the_role_default_and_refuses_a
         preflight_summary(WANTED, {"present": False}, "sometimes")
     with pytest.raises(ValueError, match="nvidia_driver_version must be a driver version"):
         preflight_summary("550", {"present": True, "driver_version": "550"})
+
+
+def test_the_detect_plan_needs_no_node_only_when_the_wanted_driver_is_reported():
+    from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import detect_plan_without_node
+    loaded = {"present": True, "driver_version": WANTED}
+    assert detect_plan_without_node(WANTED, loaded) == driver_plan(WANTED, "detect", gpus=loaded)
+    assert detect_plan_without_node(WANTED, loaded)["action"] == "none"
+    for gpus in ({"present": True, "driver_version": "535.104.05"}, {"present": False}, None):
+        assert detect_plan_without_node(WANTED, gpus) is None
+    with pytest.raises(ValueError):
+        detect_plan_without_node("latest", loaded)
