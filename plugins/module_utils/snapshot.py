@@ -78,6 +78,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_transfer i
 from ansible_collections.llmops.serving.plugins.module_utils.safe_files import (
     DestLock,
     check_own_path,
+    digest_fd,
     fsync_dir,
     open_regular,
 )
@@ -345,18 +346,8 @@ def hash_pair(path, progress=None):
     size = os.fstat(fd).st_size
     h = hashlib.sha256()
     g = hashlib.sha1(b"blob %d\0" % size)
-    buf = bytearray(4 * MIB)
-    mv = memoryview(buf)
     try:
-        with os.fdopen(fd, "rb", buffering=0) as fh:
-            while True:
-                n = fh.readinto(buf)
-                if not n:
-                    break
-                h.update(mv[:n])
-                g.update(mv[:n])
-                if progress is not None:
-                    progress.add(n)
+        digest_fd(fd, (h, g), progress, 4 * MIB)
     except OSError as e:
         raise DownloadError("cannot read %s: %s" % (path, e)) from None
     return h.hexdigest(), g.hexdigest()

@@ -333,9 +333,8 @@ msg:
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.download import run  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
-    DownloadError,
     hide_url_query,
-    scrub,
+    run_in_module,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.download_options import (  # noqa: E402
     OPTION_RULES,
@@ -356,8 +355,6 @@ def main():
 
 
 def _run(module):
-    params = dict((name, module.params[name]) for name in OPTIONS)
-    token = module.params["token"]
     hide_url_query(module)
 
     def set_attributes(path):
@@ -365,14 +362,7 @@ def _run(module):
         file_args = module.load_file_common_arguments(module.params, path=path)
         return module.set_fs_attributes_if_different(file_args, False)
 
-    try:
-        result = run(params, check_mode=module.check_mode,
-                     set_attributes=None if module.check_mode else set_attributes)
-    except DownloadError as e:
-        extra = dict((k, v) for k, v in e.result.items() if k != "status")
-        module.fail_json(msg=scrub(e.msg, token), **extra)
-    except Exception as e:  # unexpected: still one clear line, never the token
-        module.fail_json(msg=scrub("model_download failed: %s: %s" % (type(e).__name__, e), token))
+    result = run_in_module(module, "model_download", run, OPTIONS, set_attributes)
     module.exit_json(**result)
 
 

@@ -292,8 +292,7 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
-    DownloadError,
-    scrub,
+    run_in_module,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
     new_module,
@@ -314,9 +313,6 @@ def main():
 
 
 def _run(module):
-    params = dict((name, module.params[name]) for name in OPTIONS)
-    token = module.params["token"]
-
     def set_attributes(path, is_dir):
         # inside the run, under its lock, before the manifest is written (chmod/chown move ctime)
         file_args = module.load_file_common_arguments(module.params, path=path)
@@ -324,14 +320,7 @@ def _run(module):
             file_args["mode"] = "0755"
         return module.set_fs_attributes_if_different(file_args, False)
 
-    try:
-        result = run(params, check_mode=module.check_mode,
-                     set_attributes=None if module.check_mode else set_attributes)
-    except DownloadError as e:
-        extra = dict((k, v) for k, v in e.result.items() if k != "status")
-        module.fail_json(msg=scrub(e.msg, token), **extra)
-    except Exception as e:  # unexpected: still one clear line, never the token
-        module.fail_json(msg=scrub("model_snapshot failed: %s: %s" % (type(e).__name__, e), token))
+    result = run_in_module(module, "model_snapshot", run, OPTIONS, set_attributes)
     diff = result.pop("diff")
     if module._diff and result["changed"]:
         result["diff"] = diff
