@@ -341,17 +341,12 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_options im
     OPTIONS,
     argument_spec,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
-)
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 
 def main():
-    module = new_module(AnsibleModule, argument_spec=argument_spec(), add_file_common_args=True,
-                        supports_check_mode=True, **OPTION_RULES)
-    with unexpected_failure(module, "model_download"):
-        _run(module)
+    run_module(AnsibleModule, "model_download", _run, argument_spec=argument_spec(),
+               add_file_common_args=True, supports_check_mode=True, **OPTION_RULES)
 
 
 def _run(module):

@@ -294,10 +294,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
     run_in_module,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
-)
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.snapshot import run  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.snapshot_options import (  # noqa: E402
     OPTIONS,
@@ -306,10 +303,8 @@ from ansible_collections.llmops.serving.plugins.module_utils.snapshot_options im
 
 
 def main():
-    module = new_module(AnsibleModule, argument_spec=argument_spec(), add_file_common_args=True,
-                        supports_check_mode=True)
-    with unexpected_failure(module, "model_snapshot"):
-        _run(module)
+    run_module(AnsibleModule, "model_snapshot", _run, argument_spec=argument_spec(),
+               add_file_common_args=True, supports_check_mode=True)
 
 
 def _run(module):
