@@ -192,6 +192,7 @@ options:
     default: 600
 extends_documentation_fragment:
   - ansible.builtin.files
+  - llmops.serving.attributes.node
 attributes:
   check_mode:
     support: full
@@ -201,12 +202,7 @@ attributes:
   diff_mode:
     support: none
     description: Reports no diff; the files are binary.
-  platform:
-    support: full
-    platforms: posix
-    description: Any POSIX node with Python 3.6 or later.
 notes:
-  - Runs on the managed node with Python 3.6 or later and the standard library only.
   - Proxies come from the node's C(https_proxy)/C(http_proxy)/C(no_proxy) environment.
   - Without O(sha256), a plain O(url) download is recorded with the sha256 computed while downloading
     (nothing to compare it against).

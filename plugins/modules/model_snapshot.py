@@ -148,6 +148,7 @@ options:
     default: 600
 extends_documentation_fragment:
   - ansible.builtin.files
+  - llmops.serving.attributes.node
 attributes:
   check_mode:
     support: full
@@ -156,12 +157,7 @@ attributes:
   diff_mode:
     support: full
     description: The snapshot before and after, one line per file (path, size, checksum).
-  platform:
-    support: full
-    platforms: posix
-    description: Any POSIX node with Python 3.6 or later.
 notes:
-  - Runs on the managed node with Python 3.6 or later and the standard library only.
   - O(owner), O(group), O(mode) and the SELinux options apply to every file of the snapshot; its folders get
     O(owner) and O(group) and mode C(0755).
   - Proxies come from the node's C(https_proxy)/C(http_proxy)/C(no_proxy) environment.

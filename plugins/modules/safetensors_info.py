@@ -74,6 +74,8 @@ options:
     description: Retries per request.
     type: int
     default: 2
+extends_documentation_fragment:
+  - llmops.serving.attributes.node
 attributes:
   check_mode:
     support: full
@@ -81,12 +83,6 @@ attributes:
   diff_mode:
     support: none
     description: Reads only.
-  platform:
-    support: full
-    platforms: posix
-    description: Any POSIX node with Python 3.6 or later.
-notes:
-  - Runs on the managed node with Python 3.6 or later and the standard library only.
 seealso:
   - module: llmops.serving.model_snapshot
   - module: llmops.serving.gguf_info
