@@ -21,3 +21,15 @@ attributes:
   platform:
     platforms: posix
 """
+
+    # Modules whose work runs on the managed node itself, standard library only (model_download,
+    # model_snapshot, safetensors_info).
+    NODE = r"""
+attributes:
+  platform:
+    support: full
+    platforms: posix
+    description: Any POSIX node with Python 3.6 or later.
+notes:
+  - Runs on the managed node with Python 3.6 or later and the standard library only.
+"""

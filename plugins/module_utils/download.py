@@ -101,7 +101,6 @@ user who forged it.  ``force_verify`` re-hashes; passing ``sha256`` pins the con
 from __future__ import absolute_import, division, print_function
 
 import errno
-import hashlib
 import os
 import stat
 import time
@@ -111,7 +110,6 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_messages i
     DownloadError,
     human,
     scrub,
-    scrub_all,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.download_options import normalize
 from ansible_collections.llmops.serving.plugins.module_utils.download_parts import (
@@ -122,7 +120,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_parts impo
     resumable_bytes,
     state_path,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.download_progress import Progress
+from ansible_collections.llmops.serving.plugins.module_utils.download_progress import run_with_progress
 from ansible_collections.llmops.serving.plugins.module_utils.download_source import (
     HEX40,
     build_targets,
@@ -143,7 +141,6 @@ from ansible_collections.llmops.serving.plugins.module_utils.safe_files import (
     fsync_dir,
     hash_file,
     lock_path,
-    open_regular,
     quarantine,
 )
 
@@ -195,25 +192,8 @@ def run(params, check_mode=False, set_attributes=None):
     then re-stamped (chmod/chown change ctime)."""
     t0 = time.time()
     o = normalize(params)
-    token = o.get("token")
-    progress = Progress(o["progress_file"] if not check_mode else None, token=token)
-    try:
-        return scrub_all(_run(o, check_mode, t0, progress, set_attributes), token)
-    except DownloadError as e:
-        e.msg = scrub(e.msg, token)
-        e.args = (e.msg,)
-        e.result = scrub_all(e.result, token)
-        progress.error = e.msg
-        progress.set(state="failed")
-        raise
-    except Exception as e:  # unexpected: one scrubbed line (the token may sit in any exception text)
-        msg = scrub("model_download failed: %s: %s" % (type(e).__name__, e), token)
-        progress.error = msg
-        progress.set(state="failed")
-        raise DownloadError(msg) from None
-    except BaseException:
-        progress.set(state="failed")
-        raise
+    return run_with_progress("model_download", o, check_mode,
+                             lambda progress: _run(o, check_mode, t0, progress, set_attributes))
 
 
 def _run(o, check_mode, t0, progress, set_attributes=None):
@@ -553,20 +533,9 @@ def _download_one(o, t, progress, notes=None):
     started = time.time()
     part = part_path(t)
     dl = FileDownload(o, t, progress)
-    if t.size == 0:
-        fd = open_regular(part, os.O_WRONLY | os.O_CREAT, 0o644, single_link=True)
-        try:
-            os.ftruncate(fd, 0)
-            st = os.fstat(fd)
-            dl.part_id = (st.st_dev, st.st_ino)
-        finally:
-            os.close(fd)
     resumed = dl.load_state() if t.size else 0
     try:
-        if t.size:
-            got, new = dl.run()
-        else:
-            got, new = hashlib.sha256().hexdigest(), 0
+        got, new = dl.run()
     except DownloadError as e:
         if getattr(e, "discard_part", False):  # the source contradicts itself: nothing here can complete
             for p in (part, state_path(t)):

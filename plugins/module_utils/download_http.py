@@ -225,6 +225,19 @@ class Session:
         raise DownloadError("too many redirects from %s" % redact_url(url))
 
 
+class CountingSession(Session):
+    """A Session that counts its requests (a redirect it follows counts once): what gguf_info and
+    safetensors_info report as ``requests``."""
+
+    def __init__(self, *args, **kwargs):
+        Session.__init__(self, *args, **kwargs)
+        self.requests = 0
+
+    def request(self, *args, **kwargs):
+        self.requests += 1
+        return Session.request(self, *args, **kwargs)
+
+
 def url_origin(url):
     """(scheme, host, port) of a URL, the port made explicit: what the token is bound to."""
     p = urlsplit(url or "")

@@ -132,3 +132,20 @@ def scrub_all(obj, token):
     if isinstance(obj, (list, tuple)):
         return [scrub_all(v, token) for v in obj]
     return obj
+
+
+def run_in_module(module, what, run, options, set_attributes):
+    """In a module (model_download, model_snapshot): ``run`` (download.run, snapshot.run) over the module's
+    ``options``, with ``set_attributes`` outside check mode; its result, or the module fails with the
+    DownloadError's message and result (less the HTTP status) or, for anything unexpected, one line naming
+    ``what``: never the token."""
+    params = dict((name, module.params[name]) for name in options)
+    token = module.params["token"]
+    try:
+        return run(params, check_mode=module.check_mode,
+                   set_attributes=None if module.check_mode else set_attributes)
+    except DownloadError as e:
+        extra = dict((k, v) for k, v in e.result.items() if k != "status")
+        module.fail_json(msg=scrub(e.msg, token), **extra)
+    except Exception as e:  # unexpected: still one clear line, never the token
+        module.fail_json(msg=scrub("%s failed: %s: %s" % (what, type(e).__name__, e), token))

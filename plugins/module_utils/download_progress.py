@@ -12,7 +12,11 @@ import json
 import threading
 import time
 
-from ansible_collections.llmops.serving.plugins.module_utils.download_messages import scrub
+from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (
+    DownloadError,
+    scrub,
+    scrub_all,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.safe_files import write_atomic
 
 __metaclass__ = type
@@ -74,3 +78,30 @@ class Progress:
             pass
         finally:
             self._wlock.release()
+
+
+def run_with_progress(what, o, check_mode, work):
+    """``work(progress)``'s result, scrubbed of the token, with the run's progress file (none in check mode).
+
+    The one way model_download and model_snapshot end a run: a DownloadError leaves with its message and
+    result scrubbed, anything unexpected becomes one scrubbed DownloadError line naming ``what`` (the
+    module; the token may sit in any exception text), and the progress file says ``failed`` either way."""
+    token = o.get("token")
+    progress = Progress(o["progress_file"] if not check_mode else None, token=token)
+    try:
+        return scrub_all(work(progress), token)
+    except DownloadError as e:
+        e.msg = scrub(e.msg, token)
+        e.args = (e.msg,)
+        e.result = scrub_all(e.result, token)
+        progress.error = e.msg
+        progress.set(state="failed")
+        raise
+    except Exception as e:
+        msg = scrub("%s failed: %s: %s" % (what, type(e).__name__, e), token)
+        progress.error = msg
+        progress.set(state="failed")
+        raise DownloadError(msg) from None
+    except BaseException:
+        progress.set(state="failed")
+        raise

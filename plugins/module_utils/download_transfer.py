@@ -379,6 +379,17 @@ class FileDownload:
             th.start()
         self._wait(threads)
 
+    def _run_empty(self):
+        """A file of 0 bytes: an empty ``.part`` (its identity recorded for the rename), nothing fetched."""
+        fd = open_regular(self.part, os.O_WRONLY | os.O_CREAT, 0o644, single_link=True)
+        try:
+            os.ftruncate(fd, 0)
+            st = os.fstat(fd)
+            self.part_id = (st.st_dev, st.st_ino)
+        finally:
+            os.close(fd)
+        return hashlib.sha256().hexdigest(), 0
+
     def _wait(self, threads):
         while True:
             alive = [th for th in threads if th.is_alive()]
@@ -400,6 +411,8 @@ class FileDownload:
 
     def run(self):
         """Download/finish the part; return (sha256 hex, downloaded bytes)."""
+        if self.size == 0:
+            return self._run_empty()
         self.fd = open_regular(self.part, os.O_RDWR | os.O_CREAT, 0o644, single_link=True)
         pst = os.fstat(self.fd)
         self.part_id = (pst.st_dev, pst.st_ino)

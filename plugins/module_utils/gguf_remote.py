@@ -30,7 +30,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ansible_collections.llmops.serving.plugins.module_utils import gguf
 from ansible_collections.llmops.serving.plugins.module_utils.download_http import (
-    Session,
+    CountingSession,
     describe_error,
     drain,
     refuse_html,
@@ -85,18 +85,6 @@ def is_remote(params):
     return bool(params.get("url") or params.get("repo"))
 
 
-class _CountingSession(Session):
-    """download_http.Session that counts its requests (a redirect it follows counts once)."""
-
-    def __init__(self, *args, **kwargs):
-        Session.__init__(self, *args, **kwargs)
-        self.requests = 0
-
-    def request(self, *args, **kwargs):
-        self.requests += 1
-        return Session.request(self, *args, **kwargs)
-
-
 class RemoteGGUF(object):
     """A remote GGUF and the other parts of its split set, read header-only over one keep-alive session.
 
@@ -111,8 +99,8 @@ class RemoteGGUF(object):
         self.options = normalize(dict(given, dest=NO_DEST))
         o = self.options
         self.token = o["token"]
-        self.session = _CountingSession(token=o["token"], timeout=o["timeout"],
-                                        validate_certs=o["validate_certs"])
+        self.session = CountingSession(token=o["token"], timeout=o["timeout"],
+                                       validate_certs=o["validate_certs"])
         self.first_window = first_window
         self.max_window = max(max_window, first_window)
         self.bytes_read = 0

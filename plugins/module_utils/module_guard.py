@@ -9,11 +9,13 @@ on some wrong types, e.g. a number where a dict with sub-options is expected; th
 naming the problem. ``unexpected_failure`` wraps a module's work: anything its own checks did not foresee
 (a bug, a MemoryError, a RecursionError) fails the task with one line that names the module and the error,
 scrubbed of the module's secrets, instead of a traceback that Ansible prints with the locals' values.
+``run_module`` is every module's main(): both of them around the module's own work.
 
 Plain Python 3.6.
 """
 from __future__ import absolute_import, division, print_function
 
+import copy
 import io
 import json
 import sys
@@ -107,3 +109,15 @@ def unexpected_failure(module, what, secrets=()):
         msg = "%s failed: %s: %s" % (what, type(exc).__name__, text[:2000])
         hidden = [s for s in secrets if s] + module_secrets(module)
         module.fail_json(msg=scrub(msg, *hidden), changed=False)
+
+
+def run_module(factory, name, run, **kwargs):
+    """A module's whole main(): ``new_module(factory, **kwargs)``, then ``run(module)`` inside
+    ``unexpected_failure(module, name)``. ``factory`` is the module file's own AnsibleModule (what
+    ansible-test's validate-modules and the unit tests capture); the argument spec is copied, as AnsibleModule
+    adds to the one it is given and a module's spec is a constant of its file."""
+    if "argument_spec" in kwargs:
+        kwargs["argument_spec"] = copy.deepcopy(kwargs["argument_spec"])
+    module = new_module(factory, **kwargs)
+    with unexpected_failure(module, name):
+        run(module)

@@ -18,6 +18,7 @@ import os
 import stat
 import tempfile
 import time
+from contextlib import contextmanager
 
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import DownloadError
 
@@ -98,7 +99,7 @@ def write_atomic(path, text, mode=0o644, owner=None):
     follows it)."""
     d, b = os.path.split(path)
     fd, tmp = tempfile.mkstemp(prefix="." + b.lstrip(".") + ".", suffix=".tmp", dir=d or ".")
-    try:
+    with discarded_on_failure(tmp):
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -109,6 +110,14 @@ def write_atomic(path, text, mode=0o644, owner=None):
                 except OSError:
                     pass
         os.rename(tmp, path)
+
+
+@contextmanager
+def discarded_on_failure(tmp):
+    """Inside: the work that ends with the temporary name ``tmp`` renamed into place. Any failure, an
+    interrupt too, removes ``tmp`` (nothing half-made stays behind) and goes on."""
+    try:
+        yield
     except BaseException:
         try:
             os.unlink(tmp)
@@ -231,6 +240,13 @@ def hash_file(path, progress=None, bufsize=8 * MIB, nofollow=False):
         os.close(fd)
         raise
     h = hashlib.sha256()
+    digest_fd(fd, (h,), progress, bufsize)
+    return h.hexdigest()
+
+
+def digest_fd(fd, hashes, progress=None, bufsize=8 * MIB):
+    """Read the open file ``fd`` to its end and close it: every byte goes to each of ``hashes`` once, its
+    count to ``progress``. Reading errors are the caller's (OSError)."""
     buf = bytearray(bufsize)
     mv = memoryview(buf)
     with os.fdopen(fd, "rb", buffering=0) as f:
@@ -238,10 +254,10 @@ def hash_file(path, progress=None, bufsize=8 * MIB, nofollow=False):
             n = f.readinto(buf)
             if not n:
                 break
-            h.update(mv[:n])
+            for h in hashes:
+                h.update(mv[:n])
             if progress is not None:
                 progress.add(n)
-    return h.hexdigest()
 
 
 def lock_path(final_path):

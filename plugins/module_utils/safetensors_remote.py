@@ -29,7 +29,7 @@ import tempfile
 
 from ansible_collections.llmops.serving.plugins.module_utils import safetensors
 from ansible_collections.llmops.serving.plugins.module_utils.download_http import (
-    Session,
+    CountingSession,
     refuse_html,
     status_error,
     with_retries,
@@ -72,16 +72,6 @@ class _Reader:
         self.first_window = 8
         self.max_window = safetensors.MAX_HEADER_BYTES
         self.bytes_read = 0
-
-
-class _Counting(Session):
-    def __init__(self, *args, **kwargs):
-        Session.__init__(self, *args, **kwargs)
-        self.requests = 0
-
-    def request(self, *args, **kwargs):
-        self.requests += 1
-        return Session.request(self, *args, **kwargs)
 
 
 def _options(params):
@@ -136,7 +126,7 @@ def remote_summary(params, allow=None, ignore=None, model_dir=None):
     of a hub repo's model files (allow/ignore as model_snapshot's patterns). Raises DownloadError or
     safetensors.SafetensorsError; neither contains the token."""
     o = _options(params)
-    session = _Counting(o["token"], o["timeout"], o["validate_certs"])
+    session = CountingSession(o["token"], o["timeout"], o["validate_certs"])
     reader = _Reader(o, session)
     name = "%s@%s" % (o["repo"], o["revision"])
     try:

@@ -64,7 +64,6 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_messages i
     human,
     redact_url,
     scrub,
-    scrub_all,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.download_parts import (
     drop_state,
@@ -73,12 +72,13 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_parts impo
     resumable_bytes,
     state_path,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.download_progress import Progress
+from ansible_collections.llmops.serving.plugins.module_utils.download_progress import run_with_progress
 from ansible_collections.llmops.serving.plugins.module_utils.download_source import HEX40, Target, resolve_url
 from ansible_collections.llmops.serving.plugins.module_utils.download_transfer import FileDownload
 from ansible_collections.llmops.serving.plugins.module_utils.safe_files import (
     DestLock,
     check_own_path,
+    digest_fd,
     fsync_dir,
     open_regular,
 )
@@ -145,25 +145,8 @@ def run(params, check_mode=False, set_attributes=None):
     file or folder of the new snapshot before its manifest is written (chmod/chown move ctime)."""
     t0 = time.time()
     o = normalize(params)
-    token = o.get("token")
-    progress = Progress(o["progress_file"] if not check_mode else None, token=token)
-    try:
-        return scrub_all(_run(o, check_mode, t0, progress, set_attributes), token)
-    except DownloadError as e:
-        e.msg = scrub(e.msg, token)
-        e.args = (e.msg,)
-        e.result = scrub_all(e.result, token)
-        progress.error = e.msg
-        progress.set(state="failed")
-        raise
-    except Exception as e:  # unexpected: one scrubbed line
-        msg = scrub("model_snapshot failed: %s: %s" % (type(e).__name__, e), token)
-        progress.error = msg
-        progress.set(state="failed")
-        raise DownloadError(msg) from None
-    except BaseException:
-        progress.set(state="failed")
-        raise
+    return run_with_progress("model_snapshot", o, check_mode,
+                             lambda progress: _run(o, check_mode, t0, progress, set_attributes))
 
 
 def _run(o, check_mode, t0, progress, set_attributes):
@@ -363,18 +346,8 @@ def hash_pair(path, progress=None):
     size = os.fstat(fd).st_size
     h = hashlib.sha256()
     g = hashlib.sha1(b"blob %d\0" % size)
-    buf = bytearray(4 * MIB)
-    mv = memoryview(buf)
     try:
-        with os.fdopen(fd, "rb", buffering=0) as fh:
-            while True:
-                n = fh.readinto(buf)
-                if not n:
-                    break
-                h.update(mv[:n])
-                g.update(mv[:n])
-                if progress is not None:
-                    progress.add(n)
+        digest_fd(fd, (h, g), progress, 4 * MIB)
     except OSError as e:
         raise DownloadError("cannot read %s: %s" % (path, e)) from None
     return h.hexdigest(), g.hexdigest()
@@ -698,19 +671,11 @@ class Fetcher:
             self.active.add(dl)
         try:
             part = part_path(t)
-            if f.size == 0:
-                fd = open_regular(part, os.O_WRONLY | os.O_CREAT, 0o644, single_link=True)
-                try:
-                    os.ftruncate(fd, 0)
-                    st = os.fstat(fd)
-                    dl.part_id = (st.st_dev, st.st_ino)
-                finally:
-                    os.close(fd)
-                got, new, resumed = hashlib.sha256().hexdigest(), 0, 0
-            else:
+            resumed = 0
+            if f.size:
                 self.progress.set(state="downloading", file=f.path)
                 resumed = dl.load_state()
-                got, new = dl.run()
+            got, new = dl.run()
         finally:
             with self.cond:
                 self.active.discard(dl)

@@ -22,37 +22,22 @@ from ansible_collections.llmops.serving.plugins.module_utils.snapshot_listing im
 
 __metaclass__ = type
 
-MIB = 1 << 20
-
-# name -> Ansible argument spec entry
-OPTIONS = {
-    "repo": {"type": "str", "required": True},
-    "source": {"type": "str", "default": "huggingface", "choices": ["huggingface", "modelscope"]},
-    "revision": {"type": "str"},
-    "endpoint": {"type": "str"},
-    "token": {"type": "str", "no_log": True},
-    "dest": {"type": "path", "required": True},
-    "allow_patterns": {"type": "list", "elements": "str", "default": []},
-    "ignore_patterns": {"type": "list", "elements": "str", "default": []},
-    "connections": {"type": "int", "default": 8},
-    "parallel_min_size": {"type": "int", "default": 64 * MIB},
-    "update": {"type": "bool", "default": False},
-    "force_verify": {"type": "bool", "default": False},
-    "progress_file": {"type": "path"},
-    "timeout": {"type": "int", "default": 30},
-    "retries": {"type": "int", "default": 8},
-    "retry_delay": {"type": "float", "default": 2.0},
-    "validate_certs": {"type": "bool", "default": True},
-    "free_space_margin": {"type": "int", "default": 256 * MIB},
-    "lock_timeout": {"type": "int", "default": 600},
-}
-
-DEFAULTS = dict((name, spec.get("default")) for name, spec in OPTIONS.items())
-
 # What download_options.normalize() checks for a snapshot as it does for a file.
 SHARED = ("repo", "source", "revision", "endpoint", "token", "connections", "parallel_min_size", "update",
           "force_verify", "progress_file", "timeout", "retries", "retry_delay", "validate_certs",
           "free_space_margin", "lock_timeout")
+
+# name -> Ansible argument spec entry: the shared options as model_download declares them (one spec for
+# both modules), then a snapshot's own; a snapshot always comes from a hub repo.
+OPTIONS = dict((name, dict(download_options.OPTIONS[name])) for name in SHARED)
+OPTIONS.update({
+    "repo": {"type": "str", "required": True},
+    "dest": {"type": "path", "required": True},
+    "allow_patterns": {"type": "list", "elements": "str", "default": []},
+    "ignore_patterns": {"type": "list", "elements": "str", "default": []},
+})
+
+DEFAULTS = dict((name, spec.get("default")) for name, spec in OPTIONS.items())
 
 
 def argument_spec():

@@ -37,6 +37,7 @@ import time
 
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import DownloadError
 from ansible_collections.llmops.serving.plugins.module_utils.safe_files import (
+    discarded_on_failure,
     foreign_error,
     fsync_dir,
     lock_path,
@@ -280,14 +281,8 @@ def switch(layout, name):
     os.close(fd)
     os.unlink(tmp)  # the name stays unguessable; symlink() refuses to replace anything planted meanwhile
     os.symlink(layout.link_target(name), tmp)
-    try:
+    with discarded_on_failure(tmp):
         os.rename(tmp, layout.dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
     fsync_dir(layout.parent)
 
 

@@ -183,49 +183,47 @@ records:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.deployment import DeploymentError, run  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
+
+ARGUMENT_SPEC = dict(
+    state=dict(type="str", required=True, choices=["deploy", "restore", "commit", "swap", "query"]),
+    dir=dict(type="path", required=True),
+    name=dict(type="str"),
+    unit_file=dict(type="path"),
+    env_file=dict(type="path"),
+    unit_content=dict(type="str"),
+    env_content=dict(type="str", no_log=True),
+    keep_failed_unit=dict(type="path"),
+    record=dict(type="dict"),
+    unrecorded_record=dict(type="dict"),
+    unit_changed=dict(type="bool", default=False),
+    env_changed=dict(type="bool", default=False),
 )
+REQUIRED_IF = [("state", "deploy", ("name", "unit_file", "env_file", "unit_content")),
+               ("state", "restore", ("name", "unit_file", "env_file")),
+               ("state", "commit", ("name", "unit_file", "env_file", "record")),
+               ("state", "swap", ("name", "unit_file", "env_file"))]
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            state=dict(type="str", required=True, choices=["deploy", "restore", "commit", "swap", "query"]),
-            dir=dict(type="path", required=True),
-            name=dict(type="str"),
-            unit_file=dict(type="path"),
-            env_file=dict(type="path"),
-            unit_content=dict(type="str"),
-            env_content=dict(type="str", no_log=True),
-            keep_failed_unit=dict(type="path"),
-            record=dict(type="dict"),
-            unrecorded_record=dict(type="dict"),
-            unit_changed=dict(type="bool", default=False),
-            env_changed=dict(type="bool", default=False),
-        ),
-        required_if=[("state", "deploy", ("name", "unit_file", "env_file", "unit_content")),
-                     ("state", "restore", ("name", "unit_file", "env_file")),
-                     ("state", "commit", ("name", "unit_file", "env_file", "record")),
-                     ("state", "swap", ("name", "unit_file", "env_file"))],
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "deployment"):
-        p = module.params
-        try:
-            result = run(p["state"], p["dir"], name=p["name"], unit_file=p["unit_file"],
-                         env_file=p["env_file"], unit_content=p["unit_content"],
-                         env_content=p["env_content"], keep_failed_unit=p["keep_failed_unit"],
-                         record=p["record"], unrecorded_record=p["unrecorded_record"],
-                         unit_changed=p["unit_changed"], env_changed=p["env_changed"],
-                         check_mode=module.check_mode)
-        except DeploymentError as exc:
-            module.fail_json(msg=str(exc), changed=False)
-        if not module._diff:
-            result.pop("diff", None)
-        module.exit_json(**result)
+    run_module(AnsibleModule, "deployment", _run, argument_spec=ARGUMENT_SPEC, required_if=REQUIRED_IF,
+               supports_check_mode=True)
+
+
+def _run(module):
+    p = module.params
+    try:
+        result = run(p["state"], p["dir"], name=p["name"], unit_file=p["unit_file"],
+                     env_file=p["env_file"], unit_content=p["unit_content"],
+                     env_content=p["env_content"], keep_failed_unit=p["keep_failed_unit"],
+                     record=p["record"], unrecorded_record=p["unrecorded_record"],
+                     unit_changed=p["unit_changed"], env_changed=p["env_changed"],
+                     check_mode=module.check_mode)
+    except DeploymentError as exc:
+        module.fail_json(msg=str(exc), changed=False)
+    if not module._diff:
+        result.pop("diff", None)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

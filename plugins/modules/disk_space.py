@@ -101,25 +101,18 @@ from ansible_collections.llmops.serving.plugins.module_utils.disk_plan import ( 
     report,
     split_present,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
+
+ARGUMENT_SPEC = dict(
+    writes=dict(type="list", elements="dict", default=[]),
+    candidates=dict(type="list", elements="path", default=["/home", "/srv", "/data", "/opt", "/var"]),
+    reserve=dict(type="str", default="2GiB"),
+    fail_on_shortage=dict(type="bool", default=True),
 )
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            writes=dict(type="list", elements="dict", default=[]),
-            candidates=dict(type="list", elements="path", default=["/home", "/srv", "/data", "/opt", "/var"]),
-            reserve=dict(type="str", default="2GiB"),
-            fail_on_shortage=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "disk_space"):
-        _run(module)
+    run_module(AnsibleModule, "disk_space", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
 def _run(module):

@@ -137,10 +137,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.firewall import (  
     wanted_rules,
     write_record,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
-)
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 
 def run(module, cmd, args):
@@ -158,22 +155,19 @@ def layer(module, cmd, zone, permanent):
                          run(module, cmd, prefix + zone_arg + ["--list-rich-rules"]))
 
 
+ARGUMENT_SPEC = dict(
+    owner=dict(type="str", required=True),
+    ports=dict(type="list", elements="str", default=[]),
+    sources=dict(type="list", elements="str", default=[]),
+    zone=dict(type="str", default=""),
+    prune=dict(type="bool", default=True),
+    record_dir=dict(type="path", default="/var/lib/llmops/firewall"),
+    firewall_cmd=dict(type="path"),
+)
+
+
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            owner=dict(type="str", required=True),
-            ports=dict(type="list", elements="str", default=[]),
-            sources=dict(type="list", elements="str", default=[]),
-            zone=dict(type="str", default=""),
-            prune=dict(type="bool", default=True),
-            record_dir=dict(type="path", default="/var/lib/llmops/firewall"),
-            firewall_cmd=dict(type="path"),
-        ),
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "firewall_ports"):
-        _run(module)
+    run_module(AnsibleModule, "firewall_ports", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
 def _run(module):

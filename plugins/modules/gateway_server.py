@@ -133,29 +133,22 @@ from ansible_collections.llmops.serving.plugins.module_utils.haproxy_runtime imp
     RuntimeApiError,
     apply_state,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
+
+ARGUMENT_SPEC = dict(
+    socket=dict(type="path", default="/run/haproxy/llmops-admin.sock"),
+    backend=dict(type="str", required=True),
+    server=dict(type="str", required=True),
+    state=dict(type="str", choices=["ready", "drain", "maint"], required=True),
+    drain_timeout=dict(type="int", default=120),
+    wait_healthy=dict(type="bool", default=True),
+    healthy_timeout=dict(type="int", default=120),
+    poll_interval=dict(type="float", default=0.5),
 )
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            socket=dict(type="path", default="/run/haproxy/llmops-admin.sock"),
-            backend=dict(type="str", required=True),
-            server=dict(type="str", required=True),
-            state=dict(type="str", choices=["ready", "drain", "maint"], required=True),
-            drain_timeout=dict(type="int", default=120),
-            wait_healthy=dict(type="bool", default=True),
-            healthy_timeout=dict(type="int", default=120),
-            poll_interval=dict(type="float", default=0.5),
-        ),
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "gateway_server"):
-        _run(module)
+    run_module(AnsibleModule, "gateway_server", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
 def _run(module):

@@ -454,52 +454,44 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_messages i
     hide_url_query,
     scrub,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
+
+ARGUMENT_SPEC = dict(
+    path=dict(type="path"),
+    url=dict(type="str"),
+    url_query=dict(type="str", no_log=True),
+    repo=dict(type="str"),
+    filename=dict(type="str"),
+    source=dict(type="str", default="huggingface", choices=["huggingface", "modelscope"]),
+    revision=dict(type="str"),
+    endpoint=dict(type="str"),
+    token=dict(type="str", no_log=True),
+    validate_certs=dict(type="bool", default=True),
+    timeout=dict(type="int", default=30),
+    retries=dict(type="int", default=2),
+    sha256=dict(type="str"),
+    compute_sha256=dict(type="bool", default=False),
+    force_verify=dict(type="bool", default=False),
+    check_split=dict(type="bool", default=True),
+    include_kv=dict(type="bool", default=False),
+    limits=dict(type="dict", default={}, options=dict(
+        max_tensors=dict(type="int", default=65536),
+        max_kv=dict(type="int", default=65536),
+        max_string_bytes=dict(type="int", default=16777216),
+        max_array_elements=dict(type="int", default=16777216),
+        max_dims=dict(type="int", default=4),
+        max_block_count=dict(type="int", default=4096),
+        max_metadata_bytes=dict(type="int", default=67108864),
+        max_metadata_strings=dict(type="int", default=2097152),
+    )),
 )
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            path=dict(type="path"),
-            url=dict(type="str"),
-            url_query=dict(type="str", no_log=True),
-            repo=dict(type="str"),
-            filename=dict(type="str"),
-            source=dict(type="str", default="huggingface", choices=["huggingface", "modelscope"]),
-            revision=dict(type="str"),
-            endpoint=dict(type="str"),
-            token=dict(type="str", no_log=True),
-            validate_certs=dict(type="bool", default=True),
-            timeout=dict(type="int", default=30),
-            retries=dict(type="int", default=2),
-            sha256=dict(type="str"),
-            compute_sha256=dict(type="bool", default=False),
-            force_verify=dict(type="bool", default=False),
-            check_split=dict(type="bool", default=True),
-            include_kv=dict(type="bool", default=False),
-            limits=dict(type="dict", default={}, options=dict(
-                max_tensors=dict(type="int", default=65536),
-                max_kv=dict(type="int", default=65536),
-                max_string_bytes=dict(type="int", default=16777216),
-                max_array_elements=dict(type="int", default=16777216),
-                max_dims=dict(type="int", default=4),
-                max_block_count=dict(type="int", default=4096),
-                max_metadata_bytes=dict(type="int", default=67108864),
-                max_metadata_strings=dict(type="int", default=2097152),
-            )),
-        ),
-        mutually_exclusive=[("path", "url", "repo")],
-        required_one_of=[("path", "url", "repo")],
-        required_together=[("repo", "filename")],
-        required_by={"url_query": ("url",)},
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "gguf_info"):
-        _run(module)
+    run_module(AnsibleModule, "gguf_info", _run, argument_spec=ARGUMENT_SPEC,
+               mutually_exclusive=[("path", "url", "repo")], required_one_of=[("path", "url", "repo")],
+               required_together=[("repo", "filename")], required_by={"url_query": ("url",)},
+               supports_check_mode=True)
 
 
 def _run(module):

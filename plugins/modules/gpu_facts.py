@@ -317,31 +317,24 @@ from ansible_collections.llmops.serving.plugins.module_utils.gpu import (  # noq
     faulty_warnings,
     is_wanted,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
+
+ARGUMENT_SPEC = dict(
+    nvidia_smi_path=dict(type="path"),
+    timeout=dict(type="int", default=15),
+    required=dict(type="bool", default=False),
+    require_arch=dict(type="list", elements="str", default=[]),
+    min_driver_version=dict(type="str"),
+    require_cuda=dict(type="str"),
+    min_memory_mib=dict(type="int"),
+    min_free_memory_mib=dict(type="int"),
+    devices=dict(type="list", elements="str", default=[]),
+    defer_checks=dict(type="bool", default=False),
 )
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            nvidia_smi_path=dict(type="path"),
-            timeout=dict(type="int", default=15),
-            required=dict(type="bool", default=False),
-            require_arch=dict(type="list", elements="str", default=[]),
-            min_driver_version=dict(type="str"),
-            require_cuda=dict(type="str"),
-            min_memory_mib=dict(type="int"),
-            min_free_memory_mib=dict(type="int"),
-            devices=dict(type="list", elements="str", default=[]),
-            defer_checks=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "gpu_facts"):
-        _run(module)
+    run_module(AnsibleModule, "gpu_facts", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
 def _run(module):

@@ -120,23 +120,16 @@ from ansible_collections.llmops.serving.plugins.module_utils.gpu_pci import (  #
     report,
     summary,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
+
+ARGUMENT_SPEC = dict(
+    sysfs_root=dict(type="path", default="/sys"),
+    expected=dict(type="dict", default={}),
 )
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            sysfs_root=dict(type="path", default="/sys"),
-            expected=dict(type="dict", default={}),
-        ),
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "gpu_pci_info"):
-        _run(module)
+    run_module(AnsibleModule, "gpu_pci_info", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
 def _run(module):

@@ -234,45 +234,39 @@ from ansible_collections.llmops.serving.plugins.module_utils.llama_cpp_build imp
     source_key,
     speed_args,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
+
+ARGUMENT_SPEC = dict(
+    source_type=dict(type="str", default="git", choices=["git", "archive", "dir"]),
+    git_repo=dict(type="str"),
+    git_ref=dict(type="str"),
+    archive_sha256=dict(type="str"),
+    source_dir=dict(type="path"),
+    source_dir_excludes=dict(type="list", elements="str",
+                             default=[".git", "build", "build-*", "*/__pycache__", "__pycache__",
+                                      "*.pyc"]),
+    mode=dict(type="str", required=True, choices=["host", "container"]),
+    cuda=dict(type="str", default="auto"),
+    gpus=dict(type="dict", default={}),
+    cuda_architectures=dict(type="list", elements="str", default=[]),
+    shared_libs=dict(type="bool", default=False),
+    build_type=dict(type="str", default="Release"),
+    cmake_extra_options=dict(type="dict", default={}),
+    removed_option_policy=dict(type="str", default="fail", choices=["fail", "warn"]),
+    targets=dict(type="list", elements="str",
+                 default=["llama-server", "llama-cli", "llama-quantize", "llama-bench"]),
+    builder_image=dict(type="str"),
+    runtime_image=dict(type="str"),
+    platform=dict(type="dict", default={}),
+    ccache=dict(type="bool", default=False),
+    install_root=dict(type="path", default="/opt/llama.cpp"),
+    keep_builds=dict(type="int", default=3),
 )
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            source_type=dict(type="str", default="git", choices=["git", "archive", "dir"]),
-            git_repo=dict(type="str"),
-            git_ref=dict(type="str"),
-            archive_sha256=dict(type="str"),
-            source_dir=dict(type="path"),
-            source_dir_excludes=dict(type="list", elements="str",
-                                     default=[".git", "build", "build-*", "*/__pycache__", "__pycache__",
-                                              "*.pyc"]),
-            mode=dict(type="str", required=True, choices=["host", "container"]),
-            cuda=dict(type="str", default="auto"),
-            gpus=dict(type="dict", default={}),
-            cuda_architectures=dict(type="list", elements="str", default=[]),
-            shared_libs=dict(type="bool", default=False),
-            build_type=dict(type="str", default="Release"),
-            cmake_extra_options=dict(type="dict", default={}),
-            removed_option_policy=dict(type="str", default="fail", choices=["fail", "warn"]),
-            targets=dict(type="list", elements="str",
-                         default=["llama-server", "llama-cli", "llama-quantize", "llama-bench"]),
-            builder_image=dict(type="str"),
-            runtime_image=dict(type="str"),
-            platform=dict(type="dict", default={}),
-            ccache=dict(type="bool", default=False),
-            install_root=dict(type="path", default="/opt/llama.cpp"),
-            keep_builds=dict(type="int", default=3),
-        ),
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "llama_cpp_build_info"):
-        _run(module)
+    run_module(AnsibleModule, "llama_cpp_build_info", _run, argument_spec=ARGUMENT_SPEC,
+               supports_check_mode=True)
 
 
 def _run(module):

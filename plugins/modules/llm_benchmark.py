@@ -238,42 +238,35 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils import llm_benchmark, llm_load  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
+
+ARGUMENT_SPEC = dict(
+    url=dict(type="str", required=True),
+    engine=dict(type="str", default="llama.cpp", choices=list(llm_benchmark.ENGINES)),
+    model=dict(type="str"),
+    api_key=dict(type="str", no_log=True),
+    api_key_file=dict(type="path"),
+    env_file=dict(type="path"),
+    api_key_env=dict(type="str", no_log=False),
+    runs=dict(type="list", elements="dict", options=dict(
+        prompt_tokens=dict(type="int", required=True, no_log=False),
+        max_tokens=dict(type="int", no_log=False),
+        concurrency=dict(type="int"),
+        requests=dict(type="int"),
+    )),
+    warmup_requests=dict(type="int", default=2),
+    timeout=dict(type="float", default=300),
+    seed=dict(type="int"),
+    busy_policy=dict(type="str", default="measure", choices=list(llm_load.POLICIES)),
+    busy_wait=dict(type="float", default=120),
+    busy_poll=dict(type="float", default=5),
 )
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            url=dict(type="str", required=True),
-            engine=dict(type="str", default="llama.cpp", choices=list(llm_benchmark.ENGINES)),
-            model=dict(type="str"),
-            api_key=dict(type="str", no_log=True),
-            api_key_file=dict(type="path"),
-            env_file=dict(type="path"),
-            api_key_env=dict(type="str", no_log=False),
-            runs=dict(type="list", elements="dict", options=dict(
-                prompt_tokens=dict(type="int", required=True, no_log=False),
-                max_tokens=dict(type="int", no_log=False),
-                concurrency=dict(type="int"),
-                requests=dict(type="int"),
-            )),
-            warmup_requests=dict(type="int", default=2),
-            timeout=dict(type="float", default=300),
-            seed=dict(type="int"),
-            busy_policy=dict(type="str", default="measure", choices=list(llm_load.POLICIES)),
-            busy_wait=dict(type="float", default=120),
-            busy_poll=dict(type="float", default=5),
-        ),
-        mutually_exclusive=[("api_key", "api_key_file", "env_file")],
-        required_by={"api_key_env": "env_file"},
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "llm_benchmark"):
-        _run(module)
+    run_module(AnsibleModule, "llm_benchmark", _run, argument_spec=ARGUMENT_SPEC,
+               mutually_exclusive=[("api_key", "api_key_file", "env_file")],
+               required_by={"api_key_env": "env_file"}, supports_check_mode=True)
 
 
 def _run(module):

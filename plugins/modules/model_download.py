@@ -192,6 +192,7 @@ options:
     default: 600
 extends_documentation_fragment:
   - ansible.builtin.files
+  - llmops.serving.attributes.node
 attributes:
   check_mode:
     support: full
@@ -201,12 +202,7 @@ attributes:
   diff_mode:
     support: none
     description: Reports no diff; the files are binary.
-  platform:
-    support: full
-    platforms: posix
-    description: Any POSIX node with Python 3.6 or later.
 notes:
-  - Runs on the managed node with Python 3.6 or later and the standard library only.
   - Proxies come from the node's C(https_proxy)/C(http_proxy)/C(no_proxy) environment.
   - Without O(sha256), a plain O(url) download is recorded with the sha256 computed while downloading
     (nothing to compare it against).
@@ -333,31 +329,23 @@ msg:
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.download import run  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
-    DownloadError,
     hide_url_query,
-    scrub,
+    run_in_module,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.download_options import (  # noqa: E402
     OPTION_RULES,
     OPTIONS,
     argument_spec,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
-)
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 
 def main():
-    module = new_module(AnsibleModule, argument_spec=argument_spec(), add_file_common_args=True,
-                        supports_check_mode=True, **OPTION_RULES)
-    with unexpected_failure(module, "model_download"):
-        _run(module)
+    run_module(AnsibleModule, "model_download", _run, argument_spec=argument_spec(),
+               add_file_common_args=True, supports_check_mode=True, **OPTION_RULES)
 
 
 def _run(module):
-    params = dict((name, module.params[name]) for name in OPTIONS)
-    token = module.params["token"]
     hide_url_query(module)
 
     def set_attributes(path):
@@ -365,14 +353,7 @@ def _run(module):
         file_args = module.load_file_common_arguments(module.params, path=path)
         return module.set_fs_attributes_if_different(file_args, False)
 
-    try:
-        result = run(params, check_mode=module.check_mode,
-                     set_attributes=None if module.check_mode else set_attributes)
-    except DownloadError as e:
-        extra = dict((k, v) for k, v in e.result.items() if k != "status")
-        module.fail_json(msg=scrub(e.msg, token), **extra)
-    except Exception as e:  # unexpected: still one clear line, never the token
-        module.fail_json(msg=scrub("model_download failed: %s: %s" % (type(e).__name__, e), token))
+    result = run_in_module(module, "model_download", run, OPTIONS, set_attributes)
     module.exit_json(**result)
 
 

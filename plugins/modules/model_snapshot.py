@@ -148,6 +148,7 @@ options:
     default: 600
 extends_documentation_fragment:
   - ansible.builtin.files
+  - llmops.serving.attributes.node
 attributes:
   check_mode:
     support: full
@@ -156,12 +157,7 @@ attributes:
   diff_mode:
     support: full
     description: The snapshot before and after, one line per file (path, size, checksum).
-  platform:
-    support: full
-    platforms: posix
-    description: Any POSIX node with Python 3.6 or later.
 notes:
-  - Runs on the managed node with Python 3.6 or later and the standard library only.
   - O(owner), O(group), O(mode) and the SELinux options apply to every file of the snapshot; its folders get
     O(owner) and O(group) and mode C(0755).
   - Proxies come from the node's C(https_proxy)/C(http_proxy)/C(no_proxy) environment.
@@ -292,13 +288,9 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
-    DownloadError,
-    scrub,
+    run_in_module,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
-)
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.snapshot import run  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.snapshot_options import (  # noqa: E402
     OPTIONS,
@@ -307,16 +299,11 @@ from ansible_collections.llmops.serving.plugins.module_utils.snapshot_options im
 
 
 def main():
-    module = new_module(AnsibleModule, argument_spec=argument_spec(), add_file_common_args=True,
-                        supports_check_mode=True)
-    with unexpected_failure(module, "model_snapshot"):
-        _run(module)
+    run_module(AnsibleModule, "model_snapshot", _run, argument_spec=argument_spec(),
+               add_file_common_args=True, supports_check_mode=True)
 
 
 def _run(module):
-    params = dict((name, module.params[name]) for name in OPTIONS)
-    token = module.params["token"]
-
     def set_attributes(path, is_dir):
         # inside the run, under its lock, before the manifest is written (chmod/chown move ctime)
         file_args = module.load_file_common_arguments(module.params, path=path)
@@ -324,14 +311,7 @@ def _run(module):
             file_args["mode"] = "0755"
         return module.set_fs_attributes_if_different(file_args, False)
 
-    try:
-        result = run(params, check_mode=module.check_mode,
-                     set_attributes=None if module.check_mode else set_attributes)
-    except DownloadError as e:
-        extra = dict((k, v) for k, v in e.result.items() if k != "status")
-        module.fail_json(msg=scrub(e.msg, token), **extra)
-    except Exception as e:  # unexpected: still one clear line, never the token
-        module.fail_json(msg=scrub("model_snapshot failed: %s: %s" % (type(e).__name__, e), token))
+    result = run_in_module(module, "model_snapshot", run, OPTIONS, set_attributes)
     diff = result.pop("diff")
     if module._diff and result["changed"]:
         result["diff"] = diff

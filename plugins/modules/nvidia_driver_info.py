@@ -187,10 +187,7 @@ busy_units:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
-)
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (  # noqa: E402
     STAGES,
     driver_plan,
@@ -210,24 +207,22 @@ def installed_module_version(module):
     return out.strip() if rc == 0 else ""
 
 
+ARGUMENT_SPEC = dict(
+    wanted_version=dict(type="str", required=True),
+    stage=dict(type="str", choices=list(STAGES), default="final"),
+    gpus=dict(type="dict", default={}),
+    sysfs_module_dir=dict(type="path", default="/sys/module"),
+    reboot_policy=dict(type="raw", default="false"),
+    running_units=dict(type="list", elements="str", default=[]),
+    busy_units=dict(type="list", elements="str", default=[]),
+    ignore_processes=dict(type="list", elements="str", default=[]),
+    proc_root=dict(type="path", default="/proc"),
+)
+
+
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            wanted_version=dict(type="str", required=True),
-            stage=dict(type="str", choices=list(STAGES), default="final"),
-            gpus=dict(type="dict", default={}),
-            sysfs_module_dir=dict(type="path", default="/sys/module"),
-            reboot_policy=dict(type="raw", default="false"),
-            running_units=dict(type="list", elements="str", default=[]),
-            busy_units=dict(type="list", elements="str", default=[]),
-            ignore_processes=dict(type="list", elements="str", default=[]),
-            proc_root=dict(type="path", default="/proc"),
-        ),
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "nvidia_driver_info"):
-        _run(module)
+    run_module(AnsibleModule, "nvidia_driver_info", _run, argument_spec=ARGUMENT_SPEC,
+               supports_check_mode=True)
 
 
 def _run(module):

@@ -74,6 +74,8 @@ options:
     description: Retries per request.
     type: int
     default: 2
+extends_documentation_fragment:
+  - llmops.serving.attributes.node
 attributes:
   check_mode:
     support: full
@@ -81,12 +83,6 @@ attributes:
   diff_mode:
     support: none
     description: Reads only.
-  platform:
-    support: full
-    platforms: posix
-    description: Any POSIX node with Python 3.6 or later.
-notes:
-  - Runs on the managed node with Python 3.6 or later and the standard library only.
 seealso:
   - module: llmops.serving.model_snapshot
   - module: llmops.serving.gguf_info
@@ -136,37 +132,30 @@ from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_common 
 from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_vllm import (  # noqa: E402
     vllm_model_summary,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
-)
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.safetensors_remote import (  # noqa: E402
     remote_summary,
 )
 
+ARGUMENT_SPEC = dict(
+    path=dict(type="path"),
+    repo=dict(type="str"),
+    source=dict(type="str", default="huggingface", choices=["huggingface", "modelscope"]),
+    revision=dict(type="str"),
+    endpoint=dict(type="str"),
+    token=dict(type="str", no_log=True),
+    allow_patterns=dict(type="list", elements="str", default=[]),
+    ignore_patterns=dict(type="list", elements="str", default=[]),
+    validate_certs=dict(type="bool", default=True),
+    timeout=dict(type="int", default=30),
+    retries=dict(type="int", default=2),
+)
+
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            path=dict(type="path"),
-            repo=dict(type="str"),
-            source=dict(type="str", default="huggingface", choices=["huggingface", "modelscope"]),
-            revision=dict(type="str"),
-            endpoint=dict(type="str"),
-            token=dict(type="str", no_log=True),
-            allow_patterns=dict(type="list", elements="str", default=[]),
-            ignore_patterns=dict(type="list", elements="str", default=[]),
-            validate_certs=dict(type="bool", default=True),
-            timeout=dict(type="int", default=30),
-            retries=dict(type="int", default=2),
-        ),
-        mutually_exclusive=[("path", "repo")],
-        required_one_of=[("path", "repo")],
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "safetensors_info"):
-        _run(module)
+    run_module(AnsibleModule, "safetensors_info", _run, argument_spec=ARGUMENT_SPEC,
+               mutually_exclusive=[("path", "repo")], required_one_of=[("path", "repo")],
+               supports_check_mode=True)
 
 
 def _run(module):

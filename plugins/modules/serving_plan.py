@@ -192,28 +192,21 @@ from ansible_collections.llmops.serving.plugins.module_utils.memory_plan import 
     PlanError,
     plan_instances,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
+
+ARGUMENT_SPEC = dict(
+    instances=dict(type="list", elements="dict", required=True),
+    gpus=dict(type="raw", required=True),
+    host_memory_mib=dict(type="int"),
+    overhead_mib=dict(type="int"),
+    min_headroom_mib=dict(type="int"),
+    memory_basis=dict(type="str", choices=["free", "total"], default="free"),
+    fail_on_refusal=dict(type="bool", default=True),
 )
 
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            instances=dict(type="list", elements="dict", required=True),
-            gpus=dict(type="raw", required=True),
-            host_memory_mib=dict(type="int"),
-            overhead_mib=dict(type="int"),
-            min_headroom_mib=dict(type="int"),
-            memory_basis=dict(type="str", choices=["free", "total"], default="free"),
-            fail_on_refusal=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "serving_plan"):
-        _run(module)
+    run_module(AnsibleModule, "serving_plan", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
 def _run(module):

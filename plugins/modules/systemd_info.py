@@ -74,29 +74,22 @@ pid1_status_limits:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
-)
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.systemd_units import (  # noqa: E402
     read_pid1,
     read_running_units,
     read_version,
 )
 
+ARGUMENT_SPEC = dict(
+    systemctl=dict(type="path"),
+    timeout=dict(type="int", default=30),
+    proc_root=dict(type="path", default="/proc"),
+)
+
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            systemctl=dict(type="path"),
-            timeout=dict(type="int", default=30),
-            proc_root=dict(type="path", default="/proc"),
-        ),
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "systemd_info"):
-        _run(module)
+    run_module(AnsibleModule, "systemd_info", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
 def _run(module):

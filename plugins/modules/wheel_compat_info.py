@@ -127,10 +127,7 @@ python:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import (  # noqa: E402
-    new_module,
-    unexpected_failure,
-)
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.wheel_tags import (  # noqa: E402
     WheelTagError,
     check,
@@ -142,21 +139,17 @@ from ansible_collections.llmops.serving.plugins.module_utils.wheel_tags import (
     requires_python_from_wheel,
 )
 
+ARGUMENT_SPEC = dict(
+    python=dict(type="str", default="python3"),
+    wheel=dict(type="str"),
+    tags=dict(type="list", elements="str", default=[]),
+    requires_python=dict(type="str", default=""),
+)
+
 
 def main():
-    module = new_module(
-        AnsibleModule,
-        argument_spec=dict(
-            python=dict(type="str", default="python3"),
-            wheel=dict(type="str"),
-            tags=dict(type="list", elements="str", default=[]),
-            requires_python=dict(type="str", default=""),
-        ),
-        mutually_exclusive=[("wheel", "tags")],
-        supports_check_mode=True,
-    )
-    with unexpected_failure(module, "wheel_compat_info"):
-        _run(module)
+    run_module(AnsibleModule, "wheel_compat_info", _run, argument_spec=ARGUMENT_SPEC,
+               mutually_exclusive=[("wheel", "tags")], supports_check_mode=True)
 
 
 def _run(module):

@@ -54,7 +54,6 @@ def test_rerun_uses_sidecar_without_hashing_or_downloading(hub, dest, model, mon
     assert side["sha256"] == model and side["inode"] == st.st_ino and side["mtime_ns"] == st.st_mtime_ns
     assert side["commit"] == hub.commit("org/m") and side["size"] == SIZE
     hub.reset_stats()
-    monkeypatch.setattr(dl, "hashlib", _NoHash())
     monkeypatch.setattr(dl, "hash_file", _NoHash().sha256)
     monkeypatch.setattr(download_transfer, "hashlib", _NoHash())
     r2 = dl.run(params(hub, dest))
