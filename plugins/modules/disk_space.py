@@ -26,7 +26,7 @@ options:
     description:
       - What the run will write - C(path) (absolute; need not exist yet), C(bytes) (or C(size) such as
         V(10G), V(3.5GiB)), C(what) (a few words), C(variable) (the inventory variable that moves it), and
-        optionally C(unless_exists) (an absolute path: when it exists on the node the write is not counted,
+        optionally C(unless_exists) (an absolute path; when it exists on the node the write is not counted,
         for example a build or a cache that is there already).
     type: list
     elements: dict
