@@ -9,7 +9,7 @@ plugins/module_utils/nvidia_driver.py (where the driver plan is):
                                                                                  nvidia_driver_el7_flavor) }}
     {{ nvidia_driver_version | llmops.serving.nvidia_driver_preflight_summary(llmops_gpus, reboot_policy,
                                                                              managed) }}
-    {{ nvidia_driver_version | llmops.serving.nvidia_driver_detect_plan(llmops_gpus) }}   (none: ask the node)
+    {{ nvidia_driver_version | llmops.serving.nvidia_driver_detect_plan(llmops_gpus) }}   ({}: ask the node)
 """
 from __future__ import absolute_import, division, print_function
 
@@ -31,8 +31,10 @@ def nvidia_driver_preflight_summary(wanted_version, gpus, reboot_policy="auto", 
 
 
 def nvidia_driver_detect_plan(wanted_version, gpus):
+    """driver_plan()'s detect plan, or {} when the node must be asked (a dict either way: a None would reach
+    a role variable as a string)."""
     try:
-        return detect_plan_without_node(wanted_version, gpus)
+        return detect_plan_without_node(wanted_version, gpus) or {}
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from None
 

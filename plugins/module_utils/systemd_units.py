@@ -41,35 +41,34 @@ def running_units(text):
     return sorted(units)
 
 
-def read_running_units(systemctl, timeout=30):
-    """(units, None) or ([], what went wrong and what to do)."""
+def _systemctl(systemctl, args, what, timeout, max_bytes):
+    """(stdout text, None) or ("", what went wrong and what to do) of one bounded systemctl call."""
     try:
-        rc, out, err, timed_out, overflowed = run_bounded([systemctl] + LIST_ARGV, timeout)
+        rc, out, err, timed_out, overflowed = run_bounded([systemctl] + args, timeout, max_bytes=max_bytes)
     except OSError as exc:
-        return [], "cannot run %s (%s): the node needs systemd's systemctl" % (systemctl, exc)
+        return "", "cannot run %s (%s): the node needs systemd's systemctl" % (systemctl, exc)
     if timed_out:
-        return [], "%s list-units did not answer within %s s: is systemd (PID 1) hung?" % (systemctl, timeout)
+        return "", "%s %s did not answer within %s s: is systemd (PID 1) hung?" % (systemctl, what, timeout)
     if overflowed:
-        return [], "%s list-units printed more than the read limit" % systemctl
+        return "", "%s %s printed more than the read limit" % (systemctl, what)
     if rc != 0:
         detail = (err or out).decode("utf-8", "replace").strip()[:500]
-        return [], "%s list-units failed (rc %s): %s; the node must run systemd as PID 1" % (
-            systemctl, rc, detail or "no output")
-    return running_units(out.decode("utf-8", "replace")), None
+        return "", "%s %s failed (rc %s): %s; the node must run systemd as PID 1" % (
+            systemctl, what, rc, detail or "no output")
+    return out.decode("utf-8", "replace"), None
+
+
+def read_running_units(systemctl, timeout=30):
+    """(units, None) or ([], what went wrong and what to do)."""
+    text, error = _systemctl(systemctl, LIST_ARGV, "list-units", timeout, 8 * 1024 * 1024)
+    return ([], error) if error else (running_units(text), None)
 
 
 def read_version(systemctl, timeout=30):
     """(`systemctl --version` output, None) or ("", what went wrong). The unit spellings that depend on the
     version are decided on the controller (plugin_utils/systemd.py parse_systemd_version)."""
-    try:
-        rc, out, err, timed_out, _overflowed = run_bounded([systemctl, "--version"], timeout, max_bytes=65536)
-    except OSError as exc:
-        return "", "cannot run %s (%s): the node needs systemd's systemctl" % (systemctl, exc)
-    if timed_out or rc != 0:
-        detail = (err or out).decode("utf-8", "replace").strip()[:300]
-        return "", "%s --version failed (%s): %s" % (systemctl, "timed out" if timed_out else "rc %s" % rc,
-                                                     detail or "no output")
-    return out.decode("utf-8", "replace").strip(), None
+    text, error = _systemctl(systemctl, ["--version"], "--version", timeout, 65536)
+    return ("", error) if error else (text.strip(), None)
 
 
 def read_pid1(proc_root="/proc"):

@@ -367,12 +367,11 @@ def _run(module):
         for message in wanted_faulty:
             module.warn(message)
 
-    if p["defer_checks"] and (not facts["present"] or not all(g.get("compute_cap") for g in facts["gpus"])):
-        result.update(checks_deferred=True)
-        del result["llmops_gpus"]
-        module.exit_json(ansible_facts=dict(llmops_gpus=facts), **result)
-    result.update(checks_deferred=False)
-    selected, failures = evaluate(
+    deferred = p["defer_checks"] and (not facts["present"]
+                                      or not all(g.get("compute_cap") for g in facts["gpus"]))
+    if p["defer_checks"]:
+        result.update(checks_deferred=bool(deferred))
+    selected, failures = ([], []) if deferred else evaluate(
         facts,
         require_arch=p["require_arch"],
         min_driver_version=p["min_driver_version"],
