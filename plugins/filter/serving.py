@@ -17,6 +17,8 @@ spellings systemd.py and container.py.
     {{ systemd_version | llmops.serving.serving_hardening(read_paths=[...]) }}
     {{ systemd_version | llmops.serving.serving_restart_policy(restart_sec=10, restart='always') }}
     {{ query('ansible.builtin.varnames', '^llama_server_') | llmops.serving.serving_renamed_variables }}
+    {{ serving_instances | llmops.serving.serving_unit_names(serving_default_engine, serving_unit_prefix) }}
+    {{ _serving_plan | llmops.serving.serving_engine_paths('/usr/bin/docker') }}  -> what must run, each
     {{ 'systemd 219 (219)' | llmops.serving.systemd_version }}
     {{ pid1_status_and_limits | llmops.serving.serving_memlock_limit(serving_memlock_limit) }}
 """
@@ -133,6 +135,8 @@ class FilterModule(object):
             "serving_restart_policy": _wrap(serving_restart_policy),
             "serving_instance_fact": _wrap(serving_instance_fact),
             "serving_health_wait_args": _wrap(instance_plan.health_wait_args),
+            "serving_unit_names": _wrap(instance_plan.unit_names),
+            "serving_engine_paths": _wrap(instance_plan.engine_paths),
             "serving_exposed_ports": _wrap(instance_plan.exposed_ports),
             "serving_renamed_variables": _wrap(serving_renamed_variables),
             "systemd_version": _wrap(systemd_version),

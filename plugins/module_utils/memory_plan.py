@@ -25,6 +25,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.llmops.serving.plugins.module_utils import memory_plan_llama_cpp, memory_plan_vllm
+from ansible_collections.llmops.serving.plugins.module_utils.gguf import GGUFError
 from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_checks import (
     InputError,
     check_gpu_entries,
@@ -115,6 +116,33 @@ def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, ba
         if plan.get("refusal"):
             refusals.append(plan["refusal"])
     return plans, messages, refusals
+
+
+def needs_node(instances):
+    """Whether planning these instances reads the node: an instance whose model is a path on the node
+    (llama.cpp's model_path, vLLM's model directory) rather than its metadata (a dict). The action plugin
+    serving_plan plans the others on the controller, with no module call."""
+    return any(not isinstance(inst, dict) or not isinstance(inst.get("model"), dict)
+               for inst in instances or [])
+
+
+def plan_result(params, read_gguf=None):
+    """The serving_plan task's result from its options (the module's on the node, the action plugin's on the
+    controller): (result, warnings, error). `error` is the task's failure message, or None."""
+    try:
+        plans, messages, refusals = plan_instances(params["instances"], params["gpus"],
+                                                   overhead_mib=params.get("overhead_mib"),
+                                                   min_headroom_mib=params.get("min_headroom_mib"),
+                                                   basis=params.get("memory_basis") or "free",
+                                                   read_gguf=read_gguf,
+                                                   host_memory_mib=params.get("host_memory_mib"))
+    except (PlanError, GGUFError) as exc:
+        return {"changed": False}, [], str(exc)
+    warnings = [w for plan in plans.values() for w in plan.get("warnings") or ()]
+    result = dict(changed=False, plans=plans, messages=messages, refusals=refusals)
+    if refusals and params.get("fail_on_refusal", True):
+        return result, warnings, " | ".join(refusals)
+    return result, warnings, None
 
 
 def _plan_entry(planner, inst, name, node):

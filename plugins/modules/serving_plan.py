@@ -186,12 +186,8 @@ refusals:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.gguf import GGUFError  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.gguf import inspect as inspect_gguf  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.memory_plan import (  # noqa: E402
-    PlanError,
-    plan_instances,
-)
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan import plan_result  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(
@@ -210,20 +206,11 @@ def main():
 
 
 def _run(module):
-    p = module.params
-    try:
-        plans, messages, refusals = plan_instances(p["instances"], p["gpus"], overhead_mib=p["overhead_mib"],
-                                                   min_headroom_mib=p["min_headroom_mib"],
-                                                   basis=p["memory_basis"], read_gguf=inspect_gguf,
-                                                   host_memory_mib=p["host_memory_mib"])
-    except (PlanError, GGUFError) as exc:
-        module.fail_json(msg=str(exc), changed=False)
-    for plan in plans.values():
-        for warning in plan.get("warnings") or ():
-            module.warn(warning)
-    result = dict(changed=False, plans=plans, messages=messages, refusals=refusals)
-    if refusals and p["fail_on_refusal"]:
-        module.fail_json(msg=" | ".join(refusals), **result)
+    result, warnings, error = plan_result(module.params, read_gguf=inspect_gguf)
+    for warning in warnings:
+        module.warn(warning)
+    if error:
+        module.fail_json(msg=error, **result)
     module.exit_json(**result)
 
 

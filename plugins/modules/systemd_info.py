@@ -15,8 +15,9 @@ short_description: Read systemd on the node - the services that run now, its ver
 version_added: "0.7.0"
 description:
   - Runs C(systemctl list-units --type=service --state=running) once and returns the names of the running
-    services, as the keys of C(ansible_facts.services) whose state is C(running) would be; with them the
-    output of C(systemctl --version) and the text of C(/proc/1/status) and C(/proc/1/limits).
+    services, as the keys of C(ansible_facts.services) whose state is C(running) would be, and
+    which of the services named in O(units) are enabled at boot (C(systemctl show) of those units); with them
+    the output of C(systemctl --version), the text of C(/proc/1/status) and C(/proc/1/limits), and the RAM.
   - One module call for what role serving's planner reads each run (three tasks before), and used instead
     of M(ansible.builtin.service_facts) where only the running services are needed (the driver's reboot
     policy C(auto), the memory planner) - service_facts also lists every unit file and runs
@@ -28,6 +29,13 @@ options:
     description:
       - The systemctl to run; by default the one on the node's PATH.
     type: path
+  units:
+    description:
+      - Services whose unit-file state to read (RV(enabled_units)), e.g. the units of role serving's
+        instances. Empty reads none (no call).
+    type: list
+    elements: str
+    default: []
   timeout:
     description:
       - Seconds each systemctl call may take before the module fails saying so.
@@ -62,6 +70,13 @@ running_units:
   type: list
   elements: str
   sample: ["dbus.service", "llama-server-qwen.service", "sshd.service"]
+enabled_units:
+  description: Those of O(units) whose unit files are enabled to start at boot, sorted. With
+    RV(running_units), what a no-op run needs to leave a service alone that is running and enabled already.
+  returned: success
+  type: list
+  elements: str
+  sample: ["llama-server-qwen.service", "sshd.service"]
 version_text:
   description: The output of C(systemctl --version).
   returned: success
@@ -71,11 +86,20 @@ pid1_status_limits:
   description: The text of C(/proc/1/status) followed by C(/proc/1/limits).
   returned: success
   type: str
+memtotal_mib:
+  description: The node's RAM in MiB (C(MemTotal) of C(/proc/meminfo), as the C(memtotal_mb) fact), or null
+    where it cannot be read - what the memory planner sets against an instance planned in host memory, read
+    here so that a run needs no hardware facts.
+  returned: success
+  type: int
+  sample: 515703
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.systemd_units import (  # noqa: E402
+    read_enabled_units,
+    read_memtotal_mib,
     read_pid1,
     read_running_units,
     read_version,
@@ -83,6 +107,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.systemd_units impor
 
 ARGUMENT_SPEC = dict(
     systemctl=dict(type="path"),
+    units=dict(type="list", elements="str", default=[]),
     timeout=dict(type="int", default=30),
     proc_root=dict(type="path", default="/proc"),
 )
@@ -102,12 +127,15 @@ def _run(module):
                              "(set systemctl to its path if it lives elsewhere)")
     units, error = read_running_units(systemctl, timeout)
     if not error:
+        enabled, error = read_enabled_units(systemctl, module.params["units"], timeout)
+    if not error:
         version_text, error = read_version(systemctl, timeout)
     if not error:
         pid1, error = read_pid1(module.params["proc_root"])
     if error:
         module.fail_json(msg=error)
-    module.exit_json(changed=False, running_units=units, version_text=version_text, pid1_status_limits=pid1)
+    module.exit_json(changed=False, running_units=units, enabled_units=enabled, version_text=version_text,
+                     pid1_status_limits=pid1, memtotal_mib=read_memtotal_mib(module.params["proc_root"]))
 
 
 if __name__ == "__main__":

@@ -370,6 +370,24 @@ def unit_name(name, engine, unit_prefix=None):
     return "%s%s.service" % (prefix, name)
 
 
+def unit_names(instances, default_engine=DEFAULT_ENGINE, unit_prefix=None):
+    """The systemd units of serving_instances (what the role asks systemd about before planning); entries
+    without a name or with an unknown engine are left to the planner, which refuses them with the reason."""
+    units = []
+    for raw in instances or []:
+        if isinstance(raw, dict) and raw.get("name"):
+            engine = raw.get("engine") or default_engine
+            if engine in ENGINES:
+                units.append(unit_name(str(raw["name"]), engine, unit_prefix))
+    return units
+
+
+def engine_paths(plans, docker_binary):
+    """What must be executable on the node for each instance plan, in order: its binary in host mode, the
+    docker client in container mode."""
+    return [plan.get("binary") if plan.get("mode") == "host" else docker_binary for plan in plans or []]
+
+
 def health_wait_args(target, timeout, journal_lines=40):
     """The arguments of roles/serving/files/serving-wait.py for an instance: its plan (role serving's health
     gate) or its deployment record (role fleet, after a rollback): url, unit, first served name, the key by

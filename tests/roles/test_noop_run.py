@@ -100,8 +100,8 @@ def test_each_stage_alone_gathers_its_facts(stage, tmp_path):
 # --- the GPU host stage: no second nvidia-smi ----------------------------------------------------------
 
 def test_gpu_host_stage_decides_from_the_gpus_preflight_read_in_the_same_run():
-    role = load_yaml(os.path.join(ROOT, "playbooks", "gpu_host.yml"))[0]["roles"][0]
-    assert role["role"] == "llmops.serving.nvidia_driver"
+    role = load_yaml(os.path.join(ROOT, "playbooks", "gpu_host.yml"))[0]["tasks"][0]
+    assert role["ansible.builtin.include_role"]["name"] == "llmops.serving.nvidia_driver"
     read = task("roles/nvidia_driver/tasks/detect.yml", "Gather GPU facts (llmops_gpus)")["when"]
     defaults = load_yaml(os.path.join(ROOT, "roles", "nvidia_driver", "defaults", "main.yml"))
     gpus = {"present": True, "count": 4}
@@ -145,6 +145,28 @@ def test_serving_reads_the_services_once_per_run_and_again_after_a_unit_started(
         assert stale is expected, (fresh, service)
 
 
+UNIT = "llama-server-qwen.service"
+
+
+@pytest.mark.parametrize("over, needed", [
+    ({}, False),                                                                  # runs, enabled, unchanged
+    ({"_serving_deploy": {"unit_changed": True, "env_changed": False}}, True),    # restart
+    ({"_serving_deploy": {"unit_changed": False, "env_changed": True}}, True),
+    ({"_serving_key": {"changed": True}}, True),                                  # a new API key
+    ({"_serving_systemd": {"running_units": [], "enabled_units": [UNIT]}}, True),  # stopped: start it
+    ({"_serving_systemd": {"running_units": [UNIT], "enabled_units": []}}, True),  # disabled: enable it
+    ({"_serving_systemd": {"running_units": [UNIT]}}, True),                      # not read: ask systemd
+])
+def test_a_running_enabled_unchanged_instance_is_left_alone_without_asking_systemd(over, needed):
+    variables = load_yaml(os.path.join(ROOT, "roles", "serving", "vars", "main.yml"))
+    variables.update({"_serving_item": {"unit": UNIT}, "_serving_key": {"changed": False},
+                      "_serving_deploy": {"unit_changed": False, "env_changed": False},
+                      "_serving_systemd": {"running_units": ["cron.service", UNIT], "enabled_units": [UNIT]}})
+    variables.update(over)
+    start = task("roles/serving/tasks/instance.yml", "Restart or start {{ _serving_item.unit }}")
+    assert holds(role_templar(ROOT, variables), start["when"]) is needed
+
+
 # --- role model: the header preflight read ----------------------------------------------------------------
 
 MODEL = {"name": "tiny", "repo": "org/tiny", "filename": "tiny.gguf"}
@@ -181,17 +203,18 @@ def test_the_models_stage_reuses_the_header_preflight_read_of_the_same_unchanged
         assert role_templar(ROOT, variables).template("{{ _model_gguf_info }}")["block_count"] == 5
 
 
-def _stat(name, exists):
-    return {"_model_item": dict(MODEL, name=name), "stat": {"exists": exists}}
+def _read(exists, path="/srv/models/tiny/tiny.gguf"):
+    """node_state_info's result for preflight's read (tasks/headers.yml)."""
+    return {"paths": {path: {"exists": True, "type": "file"} if exists else {"exists": False}}}
 
 
 @pytest.mark.parametrize("over, on_node", [
-    ({"_model_header_stat": {"results": [_stat("other", False), _stat("tiny", True)]}}, True),
-    ({"_model_header_stat": {"results": [_stat("tiny", False)]}}, False),            # not there yet
+    ({"_model_node": _read(True)}, True),
+    ({"_model_node": _read(False)}, False),                                          # not there yet
     ({}, False),                                                                    # role run alone
-    ({"_model_header_stat": {"results": [_stat("tiny", True)]}, "model_update": True}, False),
-    ({"_model_header_stat": {"results": [_stat("tiny", True)]}, "model_force_verify": True}, False),
-    ({"_model_header_stat": {"results": [{"_model_item": MODEL, "skipped": True}]}}, False),
+    ({"_model_node": _read(True, "/srv/models/tiny/other.gguf")}, False),             # another file
+    ({"_model_node": _read(True), "model_update": True}, False),
+    ({"_model_node": _read(True), "model_force_verify": True}, False),
 ])
 def test_a_model_already_on_the_node_is_checked_in_one_task_not_an_async_job(over, on_node):
     templar = role_templar(os.path.join(ROOT, "roles", "model"), _model_vars(**over))

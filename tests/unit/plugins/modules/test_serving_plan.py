@@ -140,3 +140,52 @@ def test_a_ray_instance_is_planned_on_every_gpu_of_its_nodes(tmp_path):
     result = run_module(tmp_path, {"gpus": [l20(i) for i in range(4)], "instances": [unknown]})
     assert not result.get("failed") and result["plans"]["big"]["planned"] is False
     assert "the GPUs of worker1 in ray_cluster ray_cluster are unknown" in result["messages"][0]
+
+
+# --- the action plugin: plans on the controller when the node has nothing to add --------------------------
+
+def _play(tmp_path, args):
+    """A play that plans on a host no connection reaches (the discard port of loopback over ssh): a task that
+    needs the node fails as unreachable; one planned on the controller succeeds."""
+    import sys
+
+    from tests.helpers import run_local_playbook
+
+    play = tmp_path / "plan.yml"
+    play.write_text(json.dumps([{
+        "hosts": "localhost", "gather_facts": False,
+        "vars": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 9,
+                 "ansible_ssh_timeout": 3, "plan_args": args},
+        "tasks": [{"name": "plan", "llmops.serving.serving_plan": "{{ plan_args }}", "register": "planned",
+                   "ignore_unreachable": True, "ignore_errors": True},
+                  {"name": "show", "ansible.builtin.copy": {
+                      "content": "{{ planned | to_json }}", "dest": str(tmp_path / "result.json")},
+                   "delegate_to": "localhost",
+                   "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}]}]))
+    proc, _recap = run_local_playbook(play, "")
+    assert (tmp_path / "result.json").exists(), proc.stdout + proc.stderr
+    assert proc.returncode in (0, 2), proc.stdout + proc.stderr
+    return json.loads((tmp_path / "result.json").read_text())
+
+
+def test_the_action_plans_on_the_controller_what_the_module_plans_on_the_node(tmp_path):
+    args = {"gpus": [l20(0), l20(1), l20(2), l20(3)], "instances": [
+        {"name": "qwen36-27b", "gpus": [2, 3], "model": qwen36_27b(), "settings": SEED_SETTINGS}]}
+    on_node = run_module(tmp_path, args)
+    on_controller = _play(tmp_path, args)
+    assert not on_controller.get("unreachable") and not on_controller.get("failed"), on_controller
+    assert on_controller["plans"] == on_node["plans"] and on_controller["messages"] == on_node["messages"]
+    # a refusal fails the task there too, with the module's message
+    tight = dict(args, gpus=[l20(2, free_mib=9000), l20(3, free_mib=9000)])
+    tight["instances"] = [dict(args["instances"][0], gpus=[0, 1])]
+    refused = _play(tmp_path, tight)
+    assert refused["failed"] and refused["msg"] == run_module(tmp_path, tight)["msg"]
+    # the module's argument spec holds on the controller too
+    bad = _play(tmp_path, dict(args, memory_basis="most"))
+    assert bad["failed"] and "memory_basis" in bad["msg"] and "most" in bad["msg"]
+
+
+def test_the_action_runs_the_module_on_the_node_for_a_model_path(tmp_path):
+    args = {"gpus": [l20(0)], "instances": [
+        {"name": "x", "gpus": [0], "model_path": "/models/x.gguf", "settings": {}}]}
+    assert _play(tmp_path, args).get("unreachable") is True

@@ -6,7 +6,7 @@
 import os
 import stat
 
-from plugins.module_utils.systemd_units import LIST_ARGV, running_units
+from plugins.module_utils.systemd_units import LIST_ARGV, SHOW_ENABLED_ARGV, enabled_units, running_units
 from plugins.plugin_utils import systemd
 from tests.helpers import run_module_file
 
@@ -17,6 +17,18 @@ cron.service                  loaded active running Regular background program p
 dbus.service                  loaded active running D-Bus System Message Bus
 llama-server-qwen.service     loaded active running llama-server qwen (llmops.serving)
 vllm-qwen36-27b-fp8.service   loaded active running vLLM qwen36-27b-fp8 (llmops.serving)
+"""
+# `systemctl show --property=Id --property=UnitFileState --no-pager <units>` (systemd 252 and 219 alike): a
+# unit systemd does not know has an empty state.
+SHOWN = """\
+Id=llama-server-qwen.service
+UnitFileState=enabled
+
+Id=vllm-qwen36-27b-fp8.service
+UnitFileState=disabled
+
+Id=gone.service
+UnitFileState=
 """
 
 
@@ -39,20 +51,32 @@ def proc(tmp_path, capeff="000001ffffffffff", hard="unlimited"):
 def listing_systemctl(tmp_path, argv_file):
     return fake_systemctl(tmp_path, 'if [ "$1" = --version ]; then echo "systemd 252 (252.36-1~deb12u1)"; '
                                     'echo "+PAM +AUDIT"; exit 0; fi\n'
-                                    'echo "$@" > %s\ncat <<"EOF"\n%sEOF' % (argv_file, LISTING))
+                                    'echo "$@" >> %s\n'
+                                    'if [ "$1" = show ]; then cat <<"EOF"\n%sEOF\nexit 0; fi\n'
+                                    'cat <<"EOF"\n%sEOF' % (argv_file, SHOWN, LISTING))
 
 
 def test_lists_the_running_services(tmp_path):
     argv_file = tmp_path / "argv"
     systemctl = listing_systemctl(tmp_path, argv_file)
-    result = run_module_file(tmp_path, "systemd_info", {"systemctl": systemctl, "proc_root": proc(tmp_path)},
-                             check_mode=True)
+    units = ["llama-server-qwen.service", "vllm-qwen36-27b-fp8.service", "gone.service"]
+    result = run_module_file(tmp_path, "systemd_info", {"systemctl": systemctl, "proc_root": proc(tmp_path),
+                                                        "units": units}, check_mode=True)
     assert result.get("failed") is not True, result
     assert result["changed"] is False
     assert result["running_units"] == ["cron.service", "dbus.service", "llama-server-qwen.service",
                                        "vllm-qwen36-27b-fp8.service"]
-    # Only the running services, asked once: no unit-file listing, no SysV status calls.
-    assert argv_file.read_text().split() == LIST_ARGV
+    # vllm-qwen36-27b-fp8 runs but is not enabled at boot: a run would enable it
+    assert result["enabled_units"] == ["llama-server-qwen.service"]
+    # The running services, then the named units' state, each asked once: no unit-file scan, no SysV status.
+    calls = [line.split() for line in argv_file.read_text().splitlines()]
+    assert calls == [LIST_ARGV, SHOW_ENABLED_ARGV + units]
+    # no units named: no show call
+    argv_file.unlink()
+    plain = run_module_file(tmp_path, "systemd_info", {"systemctl": systemctl,
+                                                       "proc_root": str(tmp_path / "proc")})
+    assert plain["enabled_units"] == [] and [line.split() for line in argv_file.read_text().splitlines()] == [
+        LIST_ARGV]
     # The version and PID 1's grant, in the shapes the controller's rules read.
     assert systemd.parse_systemd_version(result["version_text"]) == 252
     assert systemd.memlock_limit(result["pid1_status_limits"], "infinity") == "infinity"
@@ -98,3 +122,10 @@ def test_parsing_ignores_what_is_not_a_service_line():
     assert running_units(text)[:2] == ["cron.service", "dbus.service"]
     assert "failed-thing.service" in running_units(text)
     assert running_units("") == [] and running_units(None) == []
+
+
+def test_only_enabled_unit_files_count_as_enabled():
+    text = SHOWN + ("\nId=static-thing.service\nUnitFileState=static\n"
+                    "\nId=sshd.service\nUnitFileState=enabled\n")
+    assert enabled_units(text) == ["llama-server-qwen.service", "sshd.service"]
+    assert enabled_units("") == [] and enabled_units(None) == []
