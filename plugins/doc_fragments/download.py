@@ -6,7 +6,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-
+# The pieces the fragments below are made of (each written once): the options of a hub source
+# (download_options.HUB_OPTIONS), those of a transfer (model_download, model_snapshot) or of a header read
+# (gguf_info, safetensors_info), and where all of them run.
 _HUB_OPTIONS = r"""
   source:
     description:
@@ -95,6 +97,20 @@ _TRANSFER_OPTIONS = r"""
     default: 600
 """
 
+_HEADER_READ_OPTIONS = r"""
+  timeout:
+    description:
+      - Seconds without data (connect or read) before a remote request counts as stalled (1 to 86400).
+      - Each remote request (a HEAD, a listing, each header window) must also end within 4 x O(timeout) in
+        all, body included.
+    type: int
+    default: 30
+  retries:
+    description: Retries of a remote request after a dropped connection, a stall or HTTP 429/5xx (0 to 1000).
+    type: int
+    default: 2
+"""
+
 _NODE = r"""
 attributes:
   platform:
@@ -107,11 +123,11 @@ notes:
 
 class ModuleDocFragment(object):
     """The options of the modules that read a hub, documented once: their argument specs come from
-    plugins/module_utils/download_options.py (OPTIONS; HUB_OPTIONS for HUB) and mean the same in each, as they
-    all go through download_options.normalize() and download_http on the node."""
+    plugins/module_utils/download_options.py (OPTIONS; header_read_argument_spec for HEADER_READ) and mean the
+    same in each, as they all go through download_options.normalize() and download_http on the node."""
 
-    # Where the files come from and how to reach it: gguf_info and safetensors_info (their remote reads).
-    HUB = "options:" + _HUB_OPTIONS + _NODE
+    # A header read before anything is downloaded: gguf_info and safetensors_info (their remote source).
+    HEADER_READ = "options:" + _HUB_OPTIONS + _HEADER_READ_OPTIONS + _NODE
 
     # How files are fetched, resumed and verified: model_download and model_snapshot (a snapshot's files go
     # through model_download's machinery; snapshot_options.SHARED), the hub's options included.

@@ -105,11 +105,11 @@ def argument_spec():
     return dict((name, dict(spec)) for name, spec in OPTIONS.items())
 
 
-def header_read_argument_spec(**own):
+def header_read_argument_spec(names, **own):
     """The argument spec of a module that reads headers from a hub (gguf_info, safetensors_info): the
-    HUB_OPTIONS, timeout and retries (HEADER_READ_DEFAULTS) as OPTIONS declares them, then the module's `own`
-    options."""
-    spec = dict((name, dict(OPTIONS[name])) for name in HUB_OPTIONS + ("timeout", "retries"))
+    HUB_OPTIONS, timeout and retries (HEADER_READ_DEFAULTS) and the options that name the remote source
+    (`names`: url, repo, filename...) as OPTIONS declares them, then the module's `own` options."""
+    spec = dict((name, dict(OPTIONS[name])) for name in HUB_OPTIONS + ("timeout", "retries") + tuple(names))
     spec["retries"]["default"] = HEADER_READ_DEFAULTS["retries"]
     spec.update(own)
     return spec

@@ -78,17 +78,6 @@ options:
   filename:
     description: File in O(repo), may include a folder; for a split set, any part's name.
     type: str
-  timeout:
-    description:
-      - Seconds without data (connect or read) before a remote request counts as stalled (1 to 86400).
-      - Each remote request (the HEAD, the ModelScope listing, each header window) must also end within
-        4 x O(timeout) in all, body included; a ModelScope listing may be at most 16 MiB.
-    type: int
-    default: 30
-  retries:
-    description: Retries of a remote request after a dropped connection, a stall or HTTP 429/5xx.
-    type: int
-    default: 2
   sha256:
     description:
       - Expected sha256 of the file (64 hex digits, optionally prefixed C(sha256:)). The task fails on a
@@ -161,7 +150,7 @@ options:
 extends_documentation_fragment:
   - llmops.serving.attributes
   - llmops.serving.attributes.info_module
-  - llmops.serving.download.hub
+  - llmops.serving.download.header_read
 notes:
   - A remote read costs about log2(header size) requests and at most twice the header plus 1 MiB (a
     15 MB tokenizer header about 31 MiB); C(bytes_read) and C(requests) in RV(remote) report it.
@@ -433,11 +422,8 @@ from ansible_collections.llmops.serving.plugins.module_utils import (  # noqa: E
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = download_options.header_read_argument_spec(
+    ("url", "url_query", "repo", "filename"),
     path=dict(type="path"),
-    url=dict(type="str"),
-    url_query=dict(type="str", no_log=True),
-    repo=dict(type="str"),
-    filename=dict(type="str"),
     sha256=dict(type="str"),
     compute_sha256=dict(type="bool", default=False),
     force_verify=dict(type="bool", default=False),

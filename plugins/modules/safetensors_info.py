@@ -47,18 +47,10 @@ options:
     type: list
     elements: str
     default: []
-  timeout:
-    description: Seconds without data before a request counts as stalled.
-    type: int
-    default: 30
-  retries:
-    description: Retries per request.
-    type: int
-    default: 2
 extends_documentation_fragment:
   - llmops.serving.attributes
   - llmops.serving.attributes.info_module
-  - llmops.serving.download.hub
+  - llmops.serving.download.header_read
 seealso:
   - module: llmops.serving.model_snapshot
   - module: llmops.serving.gguf_info
@@ -110,8 +102,8 @@ from ansible_collections.llmops.serving.plugins.module_utils import (  # noqa: E
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = download_options.header_read_argument_spec(
+    ("repo",),
     path=dict(type="path"),
-    repo=dict(type="str"),
     allow_patterns=dict(type="list", elements="str", default=[]),
     ignore_patterns=dict(type="list", elements="str", default=[]),
 )
