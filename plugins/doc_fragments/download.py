@@ -6,10 +6,21 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-# The pieces the fragments below are made of (each written once): the options of a hub source
-# (download_options.HUB_OPTIONS), those of a transfer (model_download, model_snapshot) or of a header read
-# (gguf_info, safetensors_info), and where all of them run.
-_HUB_OPTIONS = r"""
+
+class ModuleDocFragment(object):
+    """The options of the modules that read a hub, documented once: their argument specs come from
+    plugins/module_utils/download_options.py (OPTIONS, HUB_OPTIONS, header_read_argument_spec) and mean the
+    same in each, as they all go through download_options.normalize() and download_http on the node.
+
+    DOCUMENTATION (``llmops.serving.download``): the hub a module reads, how its requests are retried and
+    where it runs - model_download, model_snapshot, gguf_info and safetensors_info; the timeout and retries
+    are a header read's (gguf_info, safetensors_info: a few MB before anything is downloaded).
+    TRANSFER (``llmops.serving.download.transfer``): how files are fetched, resumed and verified -
+    model_download and model_snapshot (a snapshot's files go through model_download's machinery,
+    snapshot_options.SHARED), listed before DOCUMENTATION so that a transfer's timeout and retries win."""
+
+    DOCUMENTATION = r"""
+options:
   source:
     description:
       - The hub O(repo) lives on, which decides the API and URL layout, where sizes and checksums come from,
@@ -47,9 +58,27 @@ _HUB_OPTIONS = r"""
     description: Verify TLS certificates.
     type: bool
     default: true
+  timeout:
+    description:
+      - Seconds without data (connect or read) before a remote request counts as stalled (1 to 86400).
+      - Each remote request (a HEAD, a listing, each header window) must also end within 4 x O(timeout) in
+        all, body included.
+    type: int
+    default: 30
+  retries:
+    description: Retries of a remote request after a dropped connection, a stall or HTTP 429/5xx (0 to 1000).
+    type: int
+    default: 2
+attributes:
+  platform:
+    details: Any POSIX node with Python 3.6 or later.
+notes:
+  - Runs on the managed node with Python 3.6 or later and the standard library only.
+  - Proxies come from the node's C(https_proxy)/C(http_proxy)/C(no_proxy) environment.
 """
 
-_TRANSFER_OPTIONS = r"""
+    TRANSFER = r"""
+options:
   parallel_min_size:
     description: Files of at least this many bytes are fetched over several connections (parallel ranges);
       smaller ones over one.
@@ -97,38 +126,3 @@ _TRANSFER_OPTIONS = r"""
     default: 600
 """
 
-_HEADER_READ_OPTIONS = r"""
-  timeout:
-    description:
-      - Seconds without data (connect or read) before a remote request counts as stalled (1 to 86400).
-      - Each remote request (a HEAD, a listing, each header window) must also end within 4 x O(timeout) in
-        all, body included.
-    type: int
-    default: 30
-  retries:
-    description: Retries of a remote request after a dropped connection, a stall or HTTP 429/5xx (0 to 1000).
-    type: int
-    default: 2
-"""
-
-_NODE = r"""
-attributes:
-  platform:
-    details: Any POSIX node with Python 3.6 or later.
-notes:
-  - Runs on the managed node with Python 3.6 or later and the standard library only.
-  - Proxies come from the node's C(https_proxy)/C(http_proxy)/C(no_proxy) environment.
-"""
-
-
-class ModuleDocFragment(object):
-    """The options of the modules that read a hub, documented once: their argument specs come from
-    plugins/module_utils/download_options.py (OPTIONS; header_read_argument_spec for HEADER_READ) and mean the
-    same in each, as they all go through download_options.normalize() and download_http on the node."""
-
-    # A header read before anything is downloaded: gguf_info and safetensors_info (their remote source).
-    HEADER_READ = "options:" + _HUB_OPTIONS + _HEADER_READ_OPTIONS + _NODE
-
-    # How files are fetched, resumed and verified: model_download and model_snapshot (a snapshot's files go
-    # through model_download's machinery; snapshot_options.SHARED), the hub's options included.
-    DOCUMENTATION = "options:" + _HUB_OPTIONS + _TRANSFER_OPTIONS + _NODE

@@ -150,7 +150,7 @@ options:
 extends_documentation_fragment:
   - llmops.serving.attributes
   - llmops.serving.attributes.info_module
-  - llmops.serving.download.header_read
+  - llmops.serving.download
 notes:
   - A remote read costs about log2(header size) requests and at most twice the header plus 1 MiB (a
     15 MB tokenizer header about 31 MiB); C(bytes_read) and C(requests) in RV(remote) report it.

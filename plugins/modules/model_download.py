@@ -102,7 +102,10 @@ options:
     type: path
     required: true
   sha256:
-    description: Expected sha256 (64 hex digits) of the single file; checked against the hub's value too.
+    description:
+      - Expected sha256 (64 hex digits) of the single file; checked against the hub's value too.
+      - Without it, a plain O(url) download is recorded with the sha256 computed while downloading (nothing
+        to compare it against).
     type: str
   size:
     description: Expected size in bytes of the single file (0 to 2^63 - 1).
@@ -122,10 +125,8 @@ attributes:
 extends_documentation_fragment:
   - ansible.builtin.files
   - llmops.serving.attributes
+  - llmops.serving.download.transfer
   - llmops.serving.download
-notes:
-  - Without O(sha256), a plain O(url) download is recorded with the sha256 computed while downloading
-    (nothing to compare it against).
 seealso:
   - name: Hugging Face hub download URLs
     description: The resolve endpoint this module speaks.

@@ -91,6 +91,7 @@ attributes:
 extends_documentation_fragment:
   - ansible.builtin.files
   - llmops.serving.attributes
+  - llmops.serving.download.transfer
   - llmops.serving.download
 notes:
   - O(owner), O(group), O(mode) and the SELinux options apply to every file of the snapshot; its folders get

@@ -50,7 +50,7 @@ options:
 extends_documentation_fragment:
   - llmops.serving.attributes
   - llmops.serving.attributes.info_module
-  - llmops.serving.download.header_read
+  - llmops.serving.download
 seealso:
   - module: llmops.serving.model_snapshot
   - module: llmops.serving.gguf_info
