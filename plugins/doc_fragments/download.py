@@ -125,4 +125,3 @@ options:
     type: int
     default: 600
 """
-
