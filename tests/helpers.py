@@ -70,11 +70,29 @@ def wait_healthy(proc, url, log_path, timeout=60):
         time.sleep(0.3)
 
 
+def module_doc(module, file_options=True):
+    """The module's documentation as ansible-doc and validate-modules read it: its DOCUMENTATION with the doc
+    fragments it extends merged in (options, attributes and notes written once in plugins/doc_fragments/).
+    file_options=False leaves out the options of ansible.builtin.files, which AnsibleModule adds itself
+    (add_file_common_args) rather than the module's argument spec."""
+    from ansible.plugins.doc_fragments.files import ModuleDocFragment as Files
+    from ansible.plugins.loader import fragment_loader
+    from ansible.utils.plugin_docs import get_docstring
+
+    doc = get_docstring(module.__file__, fragment_loader, collection_name="llmops.serving", is_module=True)[0]
+    if not file_options and "ansible.builtin.files" in yaml.safe_load(module.DOCUMENTATION).get(
+            "extends_documentation_fragment", []):
+        for name in yaml.safe_load(Files.DOCUMENTATION)["options"]:
+            doc["options"].pop(name)
+    return doc
+
+
 def assert_docs_match_argument_spec(module, spec_kwargs, returns):
-    """The module's DOCUMENTATION options agree with its argument spec (type, default, choices, elements,
-    required), it supports check mode, RETURN documents exactly `returns`, and EXAMPLES is YAML.
-    `spec_kwargs`: what the module gave AnsibleModule (test_gguf_module.capture_module_kwargs)."""
-    doc = yaml.safe_load(module.DOCUMENTATION)
+    """The module's documentation (module_doc: its fragments merged in) agrees with its argument spec (type,
+    default, choices, elements, required), it supports check mode, RETURN documents exactly `returns`, and
+    EXAMPLES is YAML. `spec_kwargs`: what the module gave AnsibleModule
+    (test_gguf_module.capture_module_kwargs)."""
+    doc = module_doc(module, file_options=False)
     spec = spec_kwargs["argument_spec"]
     assert sorted(doc["options"]) == sorted(spec)
     keys = ("type", "default", "choices", "elements")

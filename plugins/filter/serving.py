@@ -18,7 +18,7 @@ spellings systemd.py and container.py.
     {{ systemd_version | llmops.serving.serving_restart_policy(restart_sec=10, restart='always') }}
     {{ query('ansible.builtin.varnames', '^llama_server_') | llmops.serving.serving_renamed_variables }}
     {{ serving_instances | llmops.serving.serving_unit_names(serving_default_engine, serving_unit_prefix) }}
-    {{ _serving_plan | llmops.serving.serving_engine_paths('/usr/bin/docker') }}  -> what must run, each
+    {{ _serving_instance_plans | llmops.serving.serving_engine_paths('/usr/bin/docker') }}  -> engine paths
     {{ 'systemd 219 (219)' | llmops.serving.systemd_version }}
     {{ pid1_status_and_limits | llmops.serving.serving_memlock_limit(serving_memlock_limit) }}
 """

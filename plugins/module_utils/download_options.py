@@ -92,9 +92,27 @@ OPTION_RULES = {
 DEFAULTS = dict((name, spec.get("default")) for name, spec in OPTIONS.items())
 
 
+# The options that name a hub and how to reach it, the same in every module that reads one (model_download,
+# model_snapshot, gguf_info, safetensors_info; documented once, doc fragment llmops.serving.download).
+HUB_OPTIONS = ("source", "revision", "endpoint", "token", "validate_certs")
+# A header read (gguf_info, safetensors_info: a few MB before anything is downloaded) rather than a transfer:
+# fewer retries and a shorter first backoff than a 19 GB download's (8 retries, 2 s).
+HEADER_READ_DEFAULTS = {"retries": 2, "retry_delay": 1.0}
+
+
 def argument_spec():
     """A fresh copy of OPTIONS for AnsibleModule(argument_spec=...)."""
     return dict((name, dict(spec)) for name, spec in OPTIONS.items())
+
+
+def header_read_argument_spec(names, **own):
+    """The argument spec of a module that reads headers from a hub (gguf_info, safetensors_info): the
+    HUB_OPTIONS, timeout and retries (HEADER_READ_DEFAULTS) and the options that name the remote source
+    (`names`: url, repo, filename...) as OPTIONS declares them, then the module's `own` options."""
+    spec = dict((name, dict(OPTIONS[name])) for name in HUB_OPTIONS + ("timeout", "retries") + tuple(names))
+    spec["retries"]["default"] = HEADER_READ_DEFAULTS["retries"]
+    spec.update(own)
+    return spec
 
 
 class HubToken(str):

@@ -44,7 +44,10 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_messages i
     redact_url,
     scrub,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.download_options import normalize
+from ansible_collections.llmops.serving.plugins.module_utils.download_options import (
+    HEADER_READ_DEFAULTS,
+    normalize,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.download_source import (
     Target,
     fetch_metadata,
@@ -58,11 +61,10 @@ MIB = 1 << 20
 FIRST_WINDOW = MIB
 MAX_WINDOW = 64 * MIB
 
-# The options of a remote source, with model_download's names; the defaults that differ from model_download's
-# suit a read of a few MB (model_download retries a 19 GB transfer 8 times, 2 s backoff first).
+# The options of a remote source, with model_download's names (download_options.HEADER_READ_DEFAULTS: the
+# defaults of a read of a few MB rather than model_download's).
 REMOTE_OPTIONS = ("url", "url_query", "source", "repo", "filename", "revision", "endpoint", "token",
                   "validate_certs", "timeout", "retries", "retry_delay")
-REMOTE_DEFAULTS = {"retries": 2, "retry_delay": 1.0}
 
 # normalize() validates a download destination; gguf_info writes nothing, this is never created or read.
 NO_DEST = os.path.join(tempfile.gettempdir(), "llmops-gguf-info-writes-nothing")
@@ -94,7 +96,7 @@ class RemoteGGUF(object):
     with what to do) or gguf.GGUFError (structure); neither ever contains the token. Call close()."""
 
     def __init__(self, params, first_window=FIRST_WINDOW, max_window=MAX_WINDOW):
-        given = dict(REMOTE_DEFAULTS)
+        given = dict(HEADER_READ_DEFAULTS)
         given.update((k, params[k]) for k in REMOTE_OPTIONS if params.get(k) is not None)
         self.options = normalize(dict(given, dest=NO_DEST))
         o = self.options

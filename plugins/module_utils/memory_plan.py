@@ -2,7 +2,8 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Memory planner for llmops.serving.serving_plan: what an instance will allocate, per GPU, before it starts.
+"""Memory planner for llmops.serving.memory_plan_info: what an instance will allocate, per GPU, before it
+starts.
 
 The same for every engine: one plan per instance of a host, by the engine the instance names. What differs
 per engine is a module of :data:`ENGINES` that provides
@@ -81,7 +82,7 @@ def plan_instance(engine, model, gpus, settings, name="instance", **options):
 
 def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, basis="free",
                    summarize_vllm=vllm_model_summary, read_gguf=None, host_memory_mib=None):
-    """The serving_plan module's work: one plan per instance. `instances`: dicts with name, engine, gpus
+    """The memory_plan_info module's work: one plan per instance. `instances`: dicts with name, engine, gpus
     (physical indexes), settings and model (gguf_info's result, or `model_path` read with read_gguf; for vLLM
     the model directory as `model_dir` or a string `model`, read with summarize_vllm). `gpus`: the
     llmops_gpus fact or its `gpus` list. A llama.cpp instance with no GPUs (none given and none on the host,
@@ -121,14 +122,14 @@ def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, ba
 def needs_node(instances):
     """Whether planning these instances reads the node: an instance whose model is a path on the node
     (llama.cpp's model_path, vLLM's model directory) rather than its metadata (a dict). The action plugin
-    serving_plan plans the others on the controller, with no module call."""
+    memory_plan_info plans the others on the controller, with no module call."""
     return any(not isinstance(inst, dict) or not isinstance(inst.get("model"), dict)
                for inst in instances or [])
 
 
 def plan_result(params, read_gguf=None):
-    """The serving_plan task's result from its options (the module's on the node, the action plugin's on the
-    controller): (result, warnings, error). `error` is the task's failure message, or None."""
+    """The memory_plan_info task's result from its options (the module's on the node, the action plugin's on
+    the controller): (result, warnings, error). `error` is the task's failure message, or None."""
     try:
         plans, messages, refusals = plan_instances(params["instances"], params["gpus"],
                                                    overhead_mib=params.get("overhead_mib"),

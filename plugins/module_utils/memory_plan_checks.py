@@ -2,10 +2,10 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""serving_plan's inputs checked before any arithmetic (issue 23): every number the planner uses is finite and
-in the range the engine itself accepts, every structure has the shape the planner walks, and a refusal names
-the instance and the setting. Without these a NaN utilisation, `tensor_parallel_size: 0`, `gpus` given as a
-string or `parallel: 1e9` ended in a traceback or in a plan that "fits" what the engine refuses.
+"""memory_plan_info's inputs checked before any arithmetic (issue 23): every number the planner uses is finite
+and in the range the engine itself accepts, every structure has the shape the planner walks, and a refusal
+names the instance and the setting. Without these a NaN utilisation, `tensor_parallel_size: 0`, `gpus` given
+as a string or `parallel: 1e9` ended in a traceback or in a plan that "fits" what the engine refuses.
 
 The ranges are the engines' own: llama.cpp's server takes 1 to 256 slots (``--parallel``; -1 is auto),
 ``-b``/``-ub`` of at least 1, ``-ts`` shares that are finite and not negative; vLLM takes a
@@ -44,7 +44,7 @@ VLLM_RANGES = {
 
 
 class InputError(ValueError):
-    """A serving_plan input out of range or of the wrong shape (memory_plan raises it as PlanError)."""
+    """A memory_plan_info input out of range or of the wrong shape (memory_plan raises it as PlanError)."""
 
 
 def _brief(value):
@@ -109,7 +109,7 @@ def check_gpu_entries(gpus, what="gpus"):
 
 
 def check_llama_settings(settings, name):
-    """A llama.cpp instance's settings (the keys serving_plan plans with)."""
+    """A llama.cpp instance's settings (the keys memory_plan_info plans with)."""
     for key, (low, high, integer) in LLAMA_RANGES.items():
         if _set(settings, key):
             number(settings[key], "instance %s: setting %s" % (name, key), low, high, integer)

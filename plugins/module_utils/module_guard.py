@@ -9,7 +9,8 @@ on some wrong types, e.g. a number where a dict with sub-options is expected; th
 naming the problem. ``unexpected_failure`` wraps a module's work: anything its own checks did not foresee
 (a bug, a MemoryError, a RecursionError) fails the task with one line that names the module and the error,
 scrubbed of the module's secrets, instead of a traceback that Ansible prints with the locals' values.
-``run_module`` is every module's main(): both of them around the module's own work.
+``run_module`` is every module's main(): both of them around the module's own work, and the one place where a
+known error of a module's logic (``expected``) becomes its failure message.
 
 Plain Python 3.6.
 """
@@ -111,13 +112,23 @@ def unexpected_failure(module, what, secrets=()):
         module.fail_json(msg=scrub(msg, *hidden), changed=False)
 
 
-def run_module(factory, name, run, **kwargs):
+def run_module(factory, name, run, expected=(), **kwargs):
     """A module's whole main(): ``new_module(factory, **kwargs)``, then ``run(module)`` inside
     ``unexpected_failure(module, name)``. ``factory`` is the module file's own AnsibleModule (what
     ansible-test's validate-modules and the unit tests capture); the argument spec is copied, as AnsibleModule
-    adds to the one it is given and a module's spec is a constant of its file."""
+    adds to the one it is given and a module's spec is a constant of its file. ``supports_check_mode`` is
+    True unless given: every module of the collection supports check mode.
+
+    ``expected``: the exception classes of the module's own logic, the refusals its checks raise (DiskError,
+    DeploymentError...). One of them fails the task with its message alone, ``fail_json(msg=str(exc),
+    changed=False)``; anything else is unexpected and fails as ``unexpected_failure`` says. A module whose
+    failure carries more (other return values, a prefix, a scrubbed token) catches its errors itself."""
     if "argument_spec" in kwargs:
         kwargs["argument_spec"] = copy.deepcopy(kwargs["argument_spec"])
+    kwargs.setdefault("supports_check_mode", True)
     module = new_module(factory, **kwargs)
     with unexpected_failure(module, name):
-        run(module)
+        try:
+            run(module)
+        except tuple(expected) as exc:
+            module.fail_json(msg=str(exc), changed=False)

@@ -38,7 +38,10 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_messages i
     DownloadError,
     redact_url,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.download_options import normalize
+from ansible_collections.llmops.serving.plugins.module_utils.download_options import (
+    HEADER_READ_DEFAULTS,
+    normalize,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.download_source import Target, resolve_url
 from ansible_collections.llmops.serving.plugins.module_utils.gguf_remote import _RangeFile
 from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_vllm import vllm_summary
@@ -57,7 +60,6 @@ MIB = 1 << 20
 CONFIG_MAX_BYTES = 4 * MIB
 REMOTE_OPTIONS = ("source", "repo", "revision", "endpoint", "token", "validate_certs", "timeout", "retries",
                   "retry_delay")
-REMOTE_DEFAULTS = {"retries": 2, "retry_delay": 1.0}
 # download_options.normalize() checks a destination; this module writes nothing, the path is never used.
 NO_DEST = os.path.join(tempfile.gettempdir(), "llmops-safetensors-info-writes-nothing")
 
@@ -75,7 +77,7 @@ class _Reader:
 
 
 def _options(params):
-    given = dict(REMOTE_DEFAULTS)
+    given = dict(HEADER_READ_DEFAULTS)
     given.update((k, params[k]) for k in REMOTE_OPTIONS if params.get(k) is not None)
     # model_download's rules want a file name with a repo; the manifest's name stands in (never requested)
     return normalize(dict(given, filename=MANIFEST_NAME, dest=NO_DEST))

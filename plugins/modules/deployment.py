@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: deployment
 short_description: Deploy, restore, commit, swap or list a serving instance's unit, env file and record
+author:
+  - llmops.serving developers (@llmops)
 version_added: "0.7.0"
 description:
   - The deployment lifecycle of one serving instance (role C(llmops.serving.serving)'s health gate and role
@@ -84,8 +86,6 @@ options:
       - For O(state=commit) - whether V(deploy) changed the environment file in this run (RV(env_changed)).
     type: bool
     default: false
-author:
-  - llmops.serving developers (@llmops)
 attributes:
   check_mode:
     support: full
@@ -93,31 +93,52 @@ attributes:
   diff_mode:
     support: full
     details: The unit's change (not shown when the replaced unit predates env files and held env values).
-  platform:
-    platforms: posix
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - llmops.serving.attributes
 """
 
 EXAMPLES = r"""
-- name: Write the unit and env file of instance qwen (the replaced ones are kept until it is healthy)
-  llmops.serving.deployment:
-    state: deploy
-    dir: /var/lib/llmops/deployments
-    name: qwen
-    unit_file: /etc/systemd/system/llama-server-qwen.service
-    env_file: /etc/llama-server/qwen.env
-    unit_content: "{{ lookup('ansible.builtin.template', 'serving.service.j2') }}"
-    env_content: "{{ lookup('ansible.builtin.template', 'serving.env.j2') }}"
-  register: deployed
+- name: The lifecycle of instance qwen (what role serving and playbooks/rollback.yml do)
+  module_defaults:
+    llmops.serving.deployment:
+      dir: /var/lib/llmops/deployments
+      name: qwen
+      unit_file: /etc/systemd/system/llama-server-qwen.service
+      env_file: /etc/llama-server/qwen.env
+  block:
+    - name: Write the unit and env file (the replaced ones are kept until the instance is healthy)
+      llmops.serving.deployment:
+        state: deploy
+        unit_content: "{{ lookup('ansible.builtin.template', 'serving.service.j2') }}"
+        env_content: "{{ lookup('ansible.builtin.template', 'serving.env.j2') }}"
+      register: deployed
 
-- name: Put the previous deployment of qwen back in place (playbooks/rollback.yml)
+    - name: Restart qwen and wait until it is healthy (role serving's health gate)
+      ansible.builtin.include_tasks: health-gate.yml
+
+    - name: It is healthy - the replaced files become the previous deployment, next to the new record
+      llmops.serving.deployment:
+        state: commit
+        record: "{{ qwen_record }}"
+        unit_changed: "{{ deployed.unit_changed }}"
+        env_changed: "{{ deployed.env_changed }}"
+      when: deployed.commit_needed
+
+    - name: Later, when a smoke check fails - swap the previous deployment back in
+      llmops.serving.deployment:
+        state: swap
+      when: qwen_smoke_failed | default(false)
+  rescue:
+    - name: The health gate failed - put the replaced unit and env file back, keeping the failed unit
+      llmops.serving.deployment:
+        state: restore
+        keep_failed_unit: /var/lib/llmops/deployments/qwen/failed.service
+
+- name: List the records of every instance
   llmops.serving.deployment:
-    state: swap
+    state: query
     dir: /var/lib/llmops/deployments
-    name: qwen
-    unit_file: /etc/systemd/system/llama-server-qwen.service
-    env_file: /etc/llama-server/qwen.env
+  register: deployments
 """
 
 RETURN = r"""
@@ -182,7 +203,7 @@ records:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.deployment import DeploymentError, run  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils import deployment  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(
@@ -207,20 +228,17 @@ REQUIRED_IF = [("state", "deploy", ("name", "unit_file", "env_file", "unit_conte
 
 def main():
     run_module(AnsibleModule, "deployment", _run, argument_spec=ARGUMENT_SPEC, required_if=REQUIRED_IF,
-               supports_check_mode=True)
+               expected=(deployment.DeploymentError,))
 
 
 def _run(module):
     p = module.params
-    try:
-        result = run(p["state"], p["dir"], name=p["name"], unit_file=p["unit_file"],
-                     env_file=p["env_file"], unit_content=p["unit_content"],
-                     env_content=p["env_content"], keep_failed_unit=p["keep_failed_unit"],
-                     record=p["record"], unrecorded_record=p["unrecorded_record"],
-                     unit_changed=p["unit_changed"], env_changed=p["env_changed"],
-                     check_mode=module.check_mode)
-    except DeploymentError as exc:
-        module.fail_json(msg=str(exc), changed=False)
+    result = deployment.run(p["state"], p["dir"], name=p["name"], unit_file=p["unit_file"],
+                            env_file=p["env_file"], unit_content=p["unit_content"],
+                            env_content=p["env_content"], keep_failed_unit=p["keep_failed_unit"],
+                            record=p["record"], unrecorded_record=p["unrecorded_record"],
+                            unit_changed=p["unit_changed"], env_changed=p["env_changed"],
+                            check_mode=module.check_mode)
     if not module._diff:
         result.pop("diff", None)
     module.exit_json(**result)

@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: download_wait
 short_description: Wait for an async download job and print its progress while it runs
+author:
+  - llmops.serving developers (@llmops)
 version_added: "1.0.0"
 description:
   - Waits for an async job started with C(async) and C(poll=0), typically M(llmops.serving.model_download)
@@ -63,13 +65,9 @@ attributes:
     support: full
   diff_mode:
     support: none
-  platform:
-    platforms: posix
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - llmops.serving.attributes
   - ansible.builtin.action_common_attributes.flow
-author:
-  - llmops.serving developers (@llmops)
 """
 
 EXAMPLES = r"""

@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: firewall_ports
 short_description: Open ports in firewalld with firewall-cmd, to the whole zone or to source addresses
+author:
+  - llmops.serving developers (@llmops)
 version_added: "1.0.0"
 description:
   - When firewalld runs (C(firewall-cmd --state)), opens each of O(ports) in O(zone), permanently and in the
@@ -63,18 +65,14 @@ options:
     description:
       - The firewall-cmd program; unset - looked up in E(PATH), C(/usr/bin) and C(/usr/sbin).
     type: path
-author:
-  - llmops.serving developers (@llmops)
 attributes:
   check_mode:
     support: full
     details: Reads the firewall and reports what it would change, without changing it.
   diff_mode:
     support: full
-  platform:
-    platforms: posix
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - llmops.serving.attributes
 """
 
 EXAMPLES = r"""
@@ -167,7 +165,7 @@ ARGUMENT_SPEC = dict(
 
 
 def main():
-    run_module(AnsibleModule, "firewall_ports", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    run_module(AnsibleModule, "firewall_ports", _run, argument_spec=ARGUMENT_SPEC)
 
 
 def _run(module):

@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: gateway_server
 short_description: Drain, put in maintenance or ready one server of an HAProxy backend through its runtime API
+author:
+  - llmops.serving developers (@llmops)
 version_added: "1.0.0"
 description:
   - Sets the admin state of one server of an HAProxy backend with the runtime API on HAProxy's admin Unix
@@ -67,17 +69,13 @@ options:
     type: float
     default: 0.5
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - llmops.serving.attributes
 attributes:
   check_mode:
     support: full
     details: Reports the state it would set (C(changed)); sets nothing and waits for nothing.
   diff_mode:
     support: none
-  platform:
-    platforms: posix
-author:
-  - llmops.serving developers (@llmops)
 """
 
 EXAMPLES = r"""
@@ -148,7 +146,7 @@ ARGUMENT_SPEC = dict(
 
 
 def main():
-    run_module(AnsibleModule, "gateway_server", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    run_module(AnsibleModule, "gateway_server", _run, argument_spec=ARGUMENT_SPEC)
 
 
 def _run(module):

@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: gguf_info
 short_description: Check a GGUF model file's structure and describe the model
+author:
+  - llmops.serving developers (@llmops)
 description:
   - Reads only the header, the key/value metadata and the tensor table of a GGUF file (never the tensor
     data, so it takes milliseconds even for a 20 GB model) and checks its structure like llama.cpp does
@@ -49,10 +51,9 @@ description:
     parser needs more; the tensor data is never requested) and returns the same facts as for a local file,
     plus RV(remote). The file size, which the structure check needs, comes from C(Content-Range). The
     source options mean what they mean for M(llmops.serving.model_download), token rules included. A server
-    that ignores Range is refused after the first window; for a split set every part's header is read.
+    that ignores Range is refused after the first window; for a split set every part's header is read,
+    at the commit the first part resolved to (Hugging Face).
 version_added: "0.1.0"
-author:
-  - llmops.serving developers (@llmops)
 options:
   path:
     description:
@@ -77,45 +78,6 @@ options:
   filename:
     description: File in O(repo), may include a folder; for a split set, any part's name.
     type: str
-  source:
-    description:
-      - The hub O(repo) lives on, as for model_download - V(huggingface) (or a mirror of it) or V(modelscope)
-        (or a mirror of it). It decides the URL layout, where size and sha256 come from, and the default
-        O(endpoint) and O(revision). Not used with O(url).
-    type: str
-    default: huggingface
-    choices: [huggingface, modelscope]
-  revision:
-    description:
-      - Branch, tag or 40-hex commit id in O(repo); the parts of a split set are read at one commit (Hugging
-        Face). When not set, C(main) (Hugging Face) or C(master) (ModelScope).
-    type: str
-  endpoint:
-    description:
-      - Base URL of the hub or mirror serving O(repo) (C(https://hf-mirror.com)); defaults to C(HF_ENDPOINT)
-        from the node's environment, then C(https://huggingface.co), as for model_download.
-    type: str
-  token:
-    description:
-      - Hub access token for gated or private repos, sent as C(Authorization) only to the exact origin of
-        O(endpoint) (of O(url) for a plain URL), never to the CDN it redirects to. When not set with O(repo),
-        C(HF_TOKEN) from the node's environment is used. Never shown in results or messages.
-    type: str
-  validate_certs:
-    description: Verify TLS certificates of a remote source.
-    type: bool
-    default: true
-  timeout:
-    description:
-      - Seconds without data (connect or read) before a remote request counts as stalled (1 to 86400).
-      - Each remote request (the HEAD, the ModelScope listing, each header window) must also end within
-        4 x O(timeout) in all, body included; a ModelScope listing may be at most 16 MiB.
-    type: int
-    default: 30
-  retries:
-    description: Retries of a remote request after a dropped connection, a stall or HTTP 429/5xx.
-    type: int
-    default: 2
   sha256:
     description:
       - Expected sha256 of the file (64 hex digits, optionally prefixed C(sha256:)). The task fails on a
@@ -185,11 +147,13 @@ options:
             walking them. The largest real vocabulary files hold under 800000.
         type: int
         default: 2097152
+extends_documentation_fragment:
+  - llmops.serving.attributes
+  - llmops.serving.attributes.info_module
+  - llmops.serving.download
 notes:
-  - Supports check mode; it never changes anything, in check mode or not.
   - A remote read costs about log2(header size) requests and at most twice the header plus 1 MiB (a
     15 MB tokenizer header about 31 MiB); C(bytes_read) and C(requests) in RV(remote) report it.
-  - Runs on the managed node with Python 3.6 or later and the standard library only.
 seealso:
   - module: llmops.serving.model_download
 """
@@ -448,54 +412,36 @@ remote:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import gguf, gguf_remote, model_sidecar  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
-    DownloadError,
-    hide_url_query,
-    scrub,
+from ansible_collections.llmops.serving.plugins.module_utils import (  # noqa: E402
+    download_messages,
+    download_options,
+    gguf,
+    gguf_remote,
+    model_sidecar,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
-ARGUMENT_SPEC = dict(
+ARGUMENT_SPEC = download_options.header_read_argument_spec(
+    ("url", "url_query", "repo", "filename"),
     path=dict(type="path"),
-    url=dict(type="str"),
-    url_query=dict(type="str", no_log=True),
-    repo=dict(type="str"),
-    filename=dict(type="str"),
-    source=dict(type="str", default="huggingface", choices=["huggingface", "modelscope"]),
-    revision=dict(type="str"),
-    endpoint=dict(type="str"),
-    token=dict(type="str", no_log=True),
-    validate_certs=dict(type="bool", default=True),
-    timeout=dict(type="int", default=30),
-    retries=dict(type="int", default=2),
     sha256=dict(type="str"),
     compute_sha256=dict(type="bool", default=False),
     force_verify=dict(type="bool", default=False),
     check_split=dict(type="bool", default=True),
     include_kv=dict(type="bool", default=False),
     limits=dict(type="dict", default={}, options=dict(
-        max_tensors=dict(type="int", default=65536),
-        max_kv=dict(type="int", default=65536),
-        max_string_bytes=dict(type="int", default=16777216),
-        max_array_elements=dict(type="int", default=16777216),
-        max_dims=dict(type="int", default=4),
-        max_block_count=dict(type="int", default=4096),
-        max_metadata_bytes=dict(type="int", default=67108864),
-        max_metadata_strings=dict(type="int", default=2097152),
-    )),
+        (name, dict(type="int", default=value)) for name, value in gguf.DEFAULT_LIMITS.items())),
 )
 
 
 def main():
     run_module(AnsibleModule, "gguf_info", _run, argument_spec=ARGUMENT_SPEC,
                mutually_exclusive=[("path", "url", "repo")], required_one_of=[("path", "url", "repo")],
-               required_together=[("repo", "filename")], required_by={"url_query": ("url",)},
-               supports_check_mode=True)
+               required_together=[("repo", "filename")], required_by={"url_query": ("url",)})
 
 
 def _run(module):
-    hide_url_query(module)
+    download_messages.hide_url_query(module)
     p = module.params
     if gguf_remote.is_remote(p):
         main_remote(module)
@@ -548,11 +494,11 @@ def main_remote(module):
                                             check_split=p["check_split"])
     except gguf.GGUFError as exc:
         module.fail_json(msg="GGUF check failed: %s" % exc, path=exc.path, offset=exc.offset, verified=False)
-    except (DownloadError, ValueError) as exc:
-        module.fail_json(msg=scrub(str(exc), token), verified=False)
+    except (download_messages.DownloadError, ValueError) as exc:
+        module.fail_json(msg=download_messages.scrub(str(exc), token), verified=False)
     except Exception as exc:  # unexpected: still one clear line, never the token
-        module.fail_json(msg=scrub("gguf_info failed: %s: %s" % (type(exc).__name__, exc), token),
-                         verified=False)
+        msg = "gguf_info failed: %s: %s" % (type(exc).__name__, exc)
+        module.fail_json(msg=download_messages.scrub(msg, token), verified=False)
     result["verified"] = False
     module.exit_json(changed=False, **result)
 

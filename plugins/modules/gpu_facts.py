@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: gpu_facts
 short_description: Gather NVIDIA GPU facts with nvidia-smi and check them against requirements
+author:
+  - llmops.serving developers (@llmops)
 version_added: "1.0.0"
 description:
   - Runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits) with a hard timeout and reads the CUDA
@@ -35,15 +37,10 @@ description:
     of a GPU is corrupted) are skipped and returned as warnings; output that is not UTF-8 is decoded with
     replacement characters.
   - Read-only; never changes the host.
-author:
-  - llmops.serving developers (@llmops)
-attributes:
-  facts:
-    support: full
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.facts
-  - llmops.serving.attributes.read_only
+  - llmops.serving.attributes
+  - llmops.serving.attributes.info_module
+  - llmops.serving.attributes.facts
 options:
   nvidia_smi_path:
     description:
@@ -142,7 +139,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: Facts published by the module.
+  description: The host fact C(llmops_gpus), which the other roles read.
   returned: always
   type: dict
   contains:
@@ -310,13 +307,7 @@ error_kind:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.gpu import (  # noqa: E402
-    GpuError,
-    collect_all,
-    evaluate,
-    faulty_warnings,
-    is_wanted,
-)
+from ansible_collections.llmops.serving.plugins.module_utils import gpu  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(
@@ -334,7 +325,7 @@ ARGUMENT_SPEC = dict(
 
 
 def main():
-    run_module(AnsibleModule, "gpu_facts", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    run_module(AnsibleModule, "gpu_facts", _run, argument_spec=ARGUMENT_SPEC)
 
 
 def _run(module):
@@ -342,24 +333,24 @@ def _run(module):
     if p["timeout"] < 1:
         module.fail_json(msg="timeout must be at least 1 second, got %d" % p["timeout"])
     try:
-        found = collect_all(nvidia_smi_path=p["nvidia_smi_path"], timeout=p["timeout"])
-    except GpuError as exc:
+        found = gpu.collect_all(nvidia_smi_path=p["nvidia_smi_path"], timeout=p["timeout"])
+    except gpu.GpuError as exc:
         module.fail_json(msg=exc.message, error_kind=exc.kind)
     facts, kind, faulty = found["facts"], found["kind"], found["faulty"]
 
     for warning in found["warnings"]:
         module.warn(warning)
-    for message in faulty_warnings(faulty, p["devices"]):
+    for message in gpu.faulty_warnings(faulty, p["devices"]):
         module.warn(message)
-    for gpu in facts["gpus"]:
-        if gpu["mig_mode"] == "Enabled":
+    for card in facts["gpus"]:
+        if card["mig_mode"] == "Enabled":
             module.warn("GPU %d (%s) has MIG enabled: CUDA programs see its MIG instances, not the whole "
                         "GPU. Disable it with `nvidia-smi -i %d -mig 0` (and a GPU reset) to serve from the "
-                        "full GPU." % (gpu["index"], gpu["name"], gpu["index"]))
+                        "full GPU." % (card["index"], card["name"], card["index"]))
 
     result = dict(changed=False, llmops_gpus=facts, error_kind=kind, selected=[], failures=[],
                   faulty_gpus=faulty)
-    wanted_faulty = [f["error"] for f in faulty if is_wanted(f, p["devices"])]
+    wanted_faulty = [f["error"] for f in faulty if gpu.is_wanted(f, p["devices"])]
     if p["required"] and (found["node_error"] or wanted_faulty or not facts["present"]):
         module.fail_json(msg=" ".join([e for e in [found["node_error"]] + wanted_faulty if e])
                          or facts["error"] or "no usable NVIDIA GPU", **result)
@@ -371,7 +362,7 @@ def _run(module):
                                       or not all(g.get("compute_cap") for g in facts["gpus"]))
     if p["defer_checks"]:
         result.update(checks_deferred=bool(deferred))
-    selected, failures = ([], []) if deferred else evaluate(
+    selected, failures = ([], []) if deferred else gpu.evaluate(
         facts,
         require_arch=p["require_arch"],
         min_driver_version=p["min_driver_version"],

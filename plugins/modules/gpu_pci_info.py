@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: gpu_pci_info
 short_description: Read the NVIDIA GPUs from the PCI bus (no driver needed) and check them
+author:
+  - llmops.serving developers (@llmops)
 version_added: "1.0.0"
 description:
   - Lists the NVIDIA GPUs (vendor C(10de), PCI class C(0300) VGA or C(0302) 3D controller) under
@@ -35,15 +37,10 @@ options:
         (V(10de:26ba) or V(26ba)). Every GPU must match one name or id. Empty checks nothing.
     type: dict
     default: {}
-author:
-  - llmops.serving developers (@llmops)
-attributes:
-  facts:
-    support: full
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.facts
-  - llmops.serving.attributes.read_only
+  - llmops.serving.attributes
+  - llmops.serving.attributes.info_module
+  - llmops.serving.attributes.facts
 """
 
 EXAMPLES = r"""
@@ -60,7 +57,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: Facts published by the module.
+  description: The host fact C(llmops_pci_gpus) (a failed run returns it at the top level instead).
   returned: always
   type: dict
   contains:
@@ -112,14 +109,7 @@ report:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.gpu_pci import (  # noqa: E402
-    PciError,
-    check_expected,
-    normal_expected,
-    read_pci_gpus,
-    report,
-    summary,
-)
+from ansible_collections.llmops.serving.plugins.module_utils import gpu_pci  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(
@@ -129,25 +119,22 @@ ARGUMENT_SPEC = dict(
 
 
 def main():
-    run_module(AnsibleModule, "gpu_pci_info", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    run_module(AnsibleModule, "gpu_pci_info", _run, argument_spec=ARGUMENT_SPEC, expected=(gpu_pci.PciError,))
 
 
 def _run(module):
+    expected = gpu_pci.normal_expected(module.params["expected"])
     try:
-        expected = normal_expected(module.params["expected"])
-    except PciError as exc:
-        module.fail_json(msg=str(exc))
-    try:
-        facts = summary(read_pci_gpus(module.params["sysfs_root"]))
+        facts = gpu_pci.summary(gpu_pci.read_pci_gpus(module.params["sysfs_root"]))
         unreadable = ""
-    except PciError as exc:
+    except gpu_pci.PciError as exc:
         # Nothing to check against: only an expectation makes that fatal (a container without sysfs is fine).
         if expected:
             module.fail_json(msg="Cannot check llmops_gpu_expected: %s." % exc)
-        facts, unreadable = summary([]), str(exc)
-    failures = check_expected(facts["gpus"], expected)
+        facts, unreadable = gpu_pci.summary([]), str(exc)
+    failures = gpu_pci.check_expected(facts["gpus"], expected)
     result = dict(changed=False, failures=failures,
-                  report="PCI bus not readable: %s." % unreadable if unreadable else report(facts))
+                  report="PCI bus not readable: %s." % unreadable if unreadable else gpu_pci.report(facts))
     if failures:
         module.fail_json(msg="This is not the box the inventory describes: %s. Fix llmops_gpu_expected (or "
                              "the inventory host), or the hardware, before the driver is installed."

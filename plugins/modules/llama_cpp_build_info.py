@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: llama_cpp_build_info
 short_description: Compute the identity of a llama.cpp build and whether it is installed
+author:
+  - llmops.serving developers (@llmops)
 description:
   - Computes the CMake arguments and the build id of a llama.cpp build from the source, the build mode,
     the CUDA settings (from the gpu_facts fact C(llmops_gpus)), the targets and the images or host
@@ -20,11 +22,9 @@ description:
     which build C(current) and C(previous) point at, and which builds a new install would prune.
   - Changes nothing on the node; used by the role C(llmops.serving.llama_cpp) to decide whether to build.
 version_added: "0.1.0"
-author:
-  - llmops.serving developers (@llmops)
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - llmops.serving.attributes.read_only
+  - llmops.serving.attributes
+  - llmops.serving.attributes.info_module
 options:
   source_type:
     description: Where the source comes from.
@@ -266,39 +266,36 @@ ARGUMENT_SPEC = dict(
 
 def main():
     run_module(AnsibleModule, "llama_cpp_build_info", _run, argument_spec=ARGUMENT_SPEC,
-               supports_check_mode=True)
+               expected=(BuildError,))
 
 
 def _run(module):
     p = module.params
-    try:
-        if p["keep_builds"] < 2:
-            raise BuildError("llama_cpp_keep_builds must be at least 2 (the current build and the previous "
-                             "one for rollback), got %d" % p["keep_builds"])
-        cuda = cuda_wanted(p["cuda"], (p["gpus"] or {}).get("present", False))
-        archs = p["cuda_architectures"] or (p["gpus"] or {}).get("archs") or []
-        args, warnings = cmake_args(cuda=cuda, archs=archs, shared_libs=p["shared_libs"],
-                                    build_type=p["build_type"], extra=p["cmake_extra_options"],
-                                    removed_policy=p["removed_option_policy"])
-        dir_hash = None
-        if p["source_type"] == "dir":
-            if not p["source_dir"]:
-                raise BuildError("source type dir needs llama_cpp_source_dir")
-            dir_hash = dir_content_hash(p["source_dir"], tuple(p["source_dir_excludes"]))
-        source = source_identity(p["source_type"], git_repo=p["git_repo"], git_ref=p["git_ref"],
-                                 archive_sha256=p["archive_sha256"], dir_hash=dir_hash)
-        identity = build_identity(source, p["mode"], args, p["targets"], builder_image=p["builder_image"],
-                                  runtime_image=p["runtime_image"], platform=p["platform"])
-        builds = installed_builds(p["install_root"])
-        digest = identity_sha256(identity)
-        bid = build_id(identity)
-        current = link_target_id(os.path.join(p["install_root"], "current"))
-        previous = link_target_id(os.path.join(p["install_root"], "previous"))
-        new_current, new_previous = plan_links(bid, current, previous)
-        prune = builds_to_prune(dict((k, v) for k, v in builds.items() if k != bid), p["keep_builds"] - 1,
-                                [new_previous])
-    except BuildError as exc:
-        module.fail_json(msg=str(exc))
+    if p["keep_builds"] < 2:
+        raise BuildError("llama_cpp_keep_builds must be at least 2 (the current build and the previous "
+                         "one for rollback), got %d" % p["keep_builds"])
+    cuda = cuda_wanted(p["cuda"], (p["gpus"] or {}).get("present", False))
+    archs = p["cuda_architectures"] or (p["gpus"] or {}).get("archs") or []
+    args, warnings = cmake_args(cuda=cuda, archs=archs, shared_libs=p["shared_libs"],
+                                build_type=p["build_type"], extra=p["cmake_extra_options"],
+                                removed_policy=p["removed_option_policy"])
+    dir_hash = None
+    if p["source_type"] == "dir":
+        if not p["source_dir"]:
+            raise BuildError("source type dir needs llama_cpp_source_dir")
+        dir_hash = dir_content_hash(p["source_dir"], tuple(p["source_dir_excludes"]))
+    source = source_identity(p["source_type"], git_repo=p["git_repo"], git_ref=p["git_ref"],
+                             archive_sha256=p["archive_sha256"], dir_hash=dir_hash)
+    identity = build_identity(source, p["mode"], args, p["targets"], builder_image=p["builder_image"],
+                              runtime_image=p["runtime_image"], platform=p["platform"])
+    builds = installed_builds(p["install_root"])
+    digest = identity_sha256(identity)
+    bid = build_id(identity)
+    current = link_target_id(os.path.join(p["install_root"], "current"))
+    previous = link_target_id(os.path.join(p["install_root"], "previous"))
+    new_current, new_previous = plan_links(bid, current, previous)
+    prune = builds_to_prune(dict((k, v) for k, v in builds.items() if k != bid), p["keep_builds"] - 1,
+                            [new_previous])
     for warning in warnings:
         module.warn(warning)
     source_warning = ref_warning(p["git_ref"]) if p["source_type"] == "git" else None

@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: llm_benchmark
 short_description: Measure an OpenAI-compatible LLM endpoint (llama-server or vLLM)
+author:
+  - llmops.serving developers (@llmops)
 description:
   - Benchmarks a chat completions endpoint the way an operator does by hand. Every prompt is unique (a
     64-character random id and random words) so no prefix cache helps, and the server's cached prompt
@@ -36,8 +38,6 @@ description:
     RV(msg) says why.
   - Changes nothing. It runs in check mode too; a caller that wants no load in check mode skips it.
 version_added: "0.1.0"
-author:
-  - llmops.serving developers (@llmops)
 options:
   url:
     description: Base URL of the server, without C(/v1).
@@ -266,7 +266,7 @@ ARGUMENT_SPEC = dict(
 def main():
     run_module(AnsibleModule, "llm_benchmark", _run, argument_spec=ARGUMENT_SPEC,
                mutually_exclusive=[("api_key", "api_key_file", "env_file")],
-               required_by={"api_key_env": "env_file"}, supports_check_mode=True)
+               required_by={"api_key_env": "env_file"})
 
 
 def _run(module):

@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: model_download
 short_description: Download a model file from Hugging Face, ModelScope or a URL, resumable and verified
+author:
+  - llmops.serving developers (@llmops)
 description:
   - Downloads one model file (or every part of a split GGUF set) into O(dest). The final path only ever
     holds a verified file; bytes land in C(<file>.part) first, are checked against size and sha256, then
@@ -69,8 +71,6 @@ description:
   - When the hub's branch moved to a new commit since the recorded download, the verified file is kept
     (result RV(update_available)) unless O(update=true).
 version_added: "0.1.0"
-author:
-  - llmops.serving developers (@llmops)
 options:
   repo:
     description: Hub repository, C(org/name), for example C(unsloth/Qwen3.6-27B-MTP-GGUF); with O(filename).
@@ -81,42 +81,10 @@ options:
         fetches every part of the set. A name with an empty, C(.) or C(..) part (C(sub/), C(.)) names no file
         and is refused.
     type: str
-  source:
-    description:
-      - The hub O(repo) lives on, which decides the URL layout, where the sha256 comes from, the default
-        O(endpoint), O(revision) and the environment variables read for them.
-      - V(huggingface) - Hugging Face or a mirror of it; V(modelscope) - ModelScope (modelscope.cn) or a
-        mirror of it. Not used with O(url).
-    type: str
-    default: huggingface
-    choices: [huggingface, modelscope]
-  revision:
-    description:
-      - Branch, tag or 40-hex commit id in O(repo). When not set, C(main) (Hugging Face) or C(master)
-        (ModelScope).
-    type: str
-  endpoint:
-    description:
-      - Hub base URL, for example C(https://hf-mirror.com). When not set, the environment variable
-        C(HF_ENDPOINT) on the node is used, else C(https://huggingface.co). For O(source=modelscope) it is
-        C(MODELSCOPE_DOMAIN) (a host name or URL), else C(https://www.modelscope.cn).
-    type: str
-  token:
-    description:
-      - Hub access token for gated or private repos, sent as C(Authorization) only to the exact origin
-        (scheme, host and port) of O(endpoint) (of O(url) for a plain URL), on every redirect hop; never
-        to the CDN it redirects to, another port, or plain http after https. When not set, C(HF_TOKEN)
-        from the node's environment is used.
-      - For O(source=modelscope) the token (a ModelScope SDK access token) also goes as the cookie
-        C(m_session_id), as the ModelScope SDK sends it, under the same origin rule; when not set,
-        C(MODELSCOPE_API_TOKEN) from the node's environment is used (never C(HF_TOKEN)).
-      - A token with whitespace or control characters (for example the trailing newline of a vault
-        file) is refused before any request, without showing it; strip it with C(trim). Messages and
-        results never contain the token, raw, escaped or URL-encoded.
-    type: str
   url:
     description:
-      - A plain HTTP(S) URL instead of O(repo)/O(filename). Give O(sha256) to have it verified.
+      - A plain HTTP(S) URL instead of O(repo)/O(filename) (O(source), O(revision) and O(endpoint) are then
+        not used). Give O(sha256) to have it verified.
       - Its query string is masked (C(********)) in this module's result, C(invocation.module_args)
         included, which AWX stores. Ansible has written the module's arguments to the node's log (journal
         or syslog) before the module runs, so a query that carries a credential (a signed URL's
@@ -134,7 +102,10 @@ options:
     type: path
     required: true
   sha256:
-    description: Expected sha256 (64 hex digits) of the single file; checked against the hub's value too.
+    description:
+      - Expected sha256 (64 hex digits) of the single file; checked against the hub's value too.
+      - Without it, a plain O(url) download is recorded with the sha256 computed while downloading (nothing
+        to compare it against).
     type: str
   size:
     description: Expected size in bytes of the single file (0 to 2^63 - 1).
@@ -143,69 +114,19 @@ options:
     description: Parallel connections (ranges) for files of at least O(parallel_min_size) bytes.
     type: int
     default: 8
-  parallel_min_size:
-    description: Files smaller than this many bytes use one connection.
-    type: int
-    default: 67108864
-  update:
-    description: When the hub's revision now points to another commit than the recorded one, fetch it.
-    type: bool
-    default: false
-  force_verify:
-    description: Re-hash existing files even when their sidecar record matches.
-    type: bool
-    default: false
-  progress_file:
-    description:
-      - JSON file updated about once a second with C(bytes_done), C(bytes_total), C(percent),
-        C(rate_mbs), C(eta_s), C(state) and C(file), for polling while the module runs with C(async).
-    type: path
-  timeout:
-    description:
-      - Seconds without data (connect or read) before a connection counts as stalled and is retried (1 to
-        86400).
-      - A metadata request (a HEAD, the ModelScope listing) must also end within 4 x O(timeout) in all.
-    type: int
-    default: 30
-  retries:
-    description: Retries per range (reset whenever data arrives) and per metadata request (0 to 1000).
-    type: int
-    default: 8
-  retry_delay:
-    description:
-      - First backoff delay in seconds (0 to 3600); doubles per retry up to 60. A Retry-After header wins.
-    type: float
-    default: 2.0
-  validate_certs:
-    description: Verify TLS certificates.
-    type: bool
-    default: true
-  free_space_margin:
-    description: Bytes that must stay free in O(dest) on top of what the download still needs.
-    type: int
-    default: 268435456
-  lock_timeout:
-    description:
-      - Seconds to wait for another run that holds the lock on the same destination file (0 to 604800); then
-        the run fails, naming the other run's pid. After the wait the file is usually present and verified.
-    type: int
-    default: 600
-extends_documentation_fragment:
-  - ansible.builtin.files
-  - llmops.serving.attributes.node
 attributes:
   check_mode:
     support: full
-    description:
-      Resolves the metadata (HEAD requests, or the ModelScope listing) and reports what would happen;
+    details: Resolves the metadata (HEAD requests, or the ModelScope listing) and reports what would happen;
       downloads nothing.
   diff_mode:
     support: none
-    description: Reports no diff; the files are binary.
-notes:
-  - Proxies come from the node's C(https_proxy)/C(http_proxy)/C(no_proxy) environment.
-  - Without O(sha256), a plain O(url) download is recorded with the sha256 computed while downloading
-    (nothing to compare it against).
+    details: Reports no diff; the files are binary.
+extends_documentation_fragment:
+  - ansible.builtin.files
+  - llmops.serving.attributes
+  - llmops.serving.download.transfer
+  - llmops.serving.download
 seealso:
   - name: Hugging Face hub download URLs
     description: The resolve endpoint this module speaks.
@@ -342,7 +263,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.module_guard import
 
 def main():
     run_module(AnsibleModule, "model_download", _run, argument_spec=argument_spec(),
-               add_file_common_args=True, supports_check_mode=True, **OPTION_RULES)
+               add_file_common_args=True, **OPTION_RULES)
 
 
 def _run(module):

@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: model_snapshot
 short_description: Fetch a Hugging Face or ModelScope repository snapshot (a vLLM model directory), verified
+author:
+  - llmops.serving developers (@llmops)
 description:
   - Fetches the files of O(repo) at one commit into a model directory that vLLM reads as O(dest) (safetensors
     shards, C(config.json), tokenizer files). O(dest) is a relative symbolic link to
@@ -50,38 +52,11 @@ description:
   - When the revision moved to a new commit since the current snapshot, it is kept (RV(update_available))
     unless O(update=true).
 version_added: "0.5.0"
-author:
-  - llmops.serving developers (@llmops)
 options:
   repo:
     description: Hub repository, C(org/name), for example C(Qwen/Qwen3.6-27B-FP8).
     type: str
     required: true
-  source:
-    description:
-      - The hub O(repo) lives on - V(huggingface) (Hugging Face or a mirror of it) or V(modelscope)
-        (ModelScope or a mirror of it). It decides the API, the default O(endpoint) and O(revision), and the
-        environment variables read for them (as M(llmops.serving.model_download)).
-    type: str
-    default: huggingface
-    choices: [huggingface, modelscope]
-  revision:
-    description:
-      - Branch, tag or 40-hex commit id. When not set, C(main) (Hugging Face) or C(master) (ModelScope).
-    type: str
-  endpoint:
-    description:
-      - Hub base URL, for example C(https://hf-mirror.com). When not set, C(HF_ENDPOINT) on the node, else
-        C(https://huggingface.co); for O(source=modelscope) C(MODELSCOPE_DOMAIN), else
-        C(https://www.modelscope.cn).
-    type: str
-  token:
-    description:
-      - Hub access token for gated or private repos, sent only to the exact origin (scheme, host, port) of
-        O(endpoint) on every request and redirect hop (never to a CDN, another port, or http after https).
-        When not set, C(HF_TOKEN) (ModelScope - C(MODELSCOPE_API_TOKEN)) from the node's environment. A token
-        with whitespace or control characters is refused without being shown; results never contain it.
-    type: str
   dest:
     description:
       - The model directory vLLM is given, for example C(/home/models/Qwen3.6-27B-FP8) - an absolute path that
@@ -105,62 +80,22 @@ options:
     description: Parallel connections for the whole snapshot (at most 64).
     type: int
     default: 8
-  parallel_min_size:
-    description: Files of at least this many bytes take every connection (parallel ranges); smaller ones one.
-    type: int
-    default: 67108864
-  update:
-    description: When the revision now points to another commit than the current snapshot, fetch it.
-    type: bool
-    default: false
-  force_verify:
-    description: Re-hash every file even when the manifest vouches for it.
-    type: bool
-    default: false
-  progress_file:
-    description:
-      - JSON file updated about once a second with C(bytes_done), C(bytes_total), C(percent), C(rate_mbs),
-        C(eta_s), C(state) and C(file), for polling while the module runs with C(async).
-    type: path
-  timeout:
-    description: Seconds without data before a connection counts as stalled and is retried.
-    type: int
-    default: 30
-  retries:
-    description: Retries per range and per listing request.
-    type: int
-    default: 8
-  retry_delay:
-    description: First backoff delay in seconds; doubles per retry up to 60. A Retry-After header wins.
-    type: float
-    default: 2.0
-  validate_certs:
-    description: Verify TLS certificates.
-    type: bool
-    default: true
-  free_space_margin:
-    description: Bytes that must stay free on top of what the snapshot still needs.
-    type: int
-    default: 268435456
-  lock_timeout:
-    description: Seconds to wait for another run on the same O(dest); then the run fails naming its pid.
-    type: int
-    default: 600
-extends_documentation_fragment:
-  - ansible.builtin.files
-  - llmops.serving.attributes.node
 attributes:
   check_mode:
     support: full
-    description: Resolves the commit and reads the listing (or the manifest) and reports what would happen per
+    details: Resolves the commit and reads the listing (or the manifest) and reports what would happen per
       file (RV(actions)); writes nothing.
   diff_mode:
     support: full
-    description: The snapshot before and after, one line per file (path, size, checksum).
+    details: The snapshot before and after, one line per file (path, size, checksum).
+extends_documentation_fragment:
+  - ansible.builtin.files
+  - llmops.serving.attributes
+  - llmops.serving.download.transfer
+  - llmops.serving.download
 notes:
   - O(owner), O(group), O(mode) and the SELinux options apply to every file of the snapshot; its folders get
     O(owner) and O(group) and mode C(0755).
-  - Proxies come from the node's C(https_proxy)/C(http_proxy)/C(no_proxy) environment.
 seealso:
   - module: llmops.serving.model_download
   - module: llmops.serving.safetensors_info
@@ -300,7 +235,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.snapshot_options im
 
 def main():
     run_module(AnsibleModule, "model_snapshot", _run, argument_spec=argument_spec(),
-               add_file_common_args=True, supports_check_mode=True)
+               add_file_common_args=True)
 
 
 def _run(module):

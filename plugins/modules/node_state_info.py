@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: node_state_info
 short_description: Read paths, users and groups on the node in one call
+author:
+  - llmops.serving developers (@llmops)
 version_added: "0.7.0"
 description:
   - Returns, for each path, what M(ansible.builtin.stat) would (links not followed) - whether it exists, its
@@ -50,11 +52,9 @@ options:
     type: list
     elements: str
     default: []
-author:
-  - llmops.serving developers (@llmops)
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - llmops.serving.attributes.read_only
+  - llmops.serving.attributes
+  - llmops.serving.attributes.info_module
 """
 
 EXAMPLES = r"""

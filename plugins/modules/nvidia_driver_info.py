@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: nvidia_driver_info
 short_description: Decide what the NVIDIA driver of a node needs - nothing, an install or a reboot
+author:
+  - llmops.serving developers (@llmops)
 version_added: "1.0.0"
 description:
   - Reads the loaded nvidia kernel module (C(<sysfs_module_dir>/nvidia/version)), whether nouveau is loaded
@@ -85,11 +87,9 @@ options:
     default: /proc
 seealso:
   - module: llmops.serving.gpu_facts
-author:
-  - llmops.serving developers (@llmops)
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - llmops.serving.attributes.read_only
+  - llmops.serving.attributes
+  - llmops.serving.attributes.info_module
 """
 
 EXAMPLES = r"""
@@ -221,27 +221,23 @@ ARGUMENT_SPEC = dict(
 
 
 def main():
-    run_module(AnsibleModule, "nvidia_driver_info", _run, argument_spec=ARGUMENT_SPEC,
-               supports_check_mode=True)
+    run_module(AnsibleModule, "nvidia_driver_info", _run, argument_spec=ARGUMENT_SPEC, expected=(ValueError,))
 
 
 def _run(module):
     p = module.params
-    try:
-        for name in ("sysfs_module_dir", "proc_root"):
-            if "\x00" in p[name]:
-                raise ValueError("%s must be a path without NUL bytes" % name)
-        plan = driver_plan(
-            p["wanted_version"],
-            p["stage"],
-            gpus=p["gpus"],
-            loaded_module=read_loaded_module(p["sysfs_module_dir"]),
-            nouveau_loaded=read_nouveau_loaded(p["sysfs_module_dir"]),
-            installed_module=installed_module_version(module) if p["stage"] == "before_installer" else "",
-        )
-        policy = normal_reboot_policy(p["reboot_policy"])
-    except ValueError as exc:
-        module.fail_json(msg=str(exc))
+    for name in ("sysfs_module_dir", "proc_root"):
+        if "\x00" in p[name]:
+            raise ValueError("%s must be a path without NUL bytes" % name)
+    plan = driver_plan(
+        p["wanted_version"],
+        p["stage"],
+        gpus=p["gpus"],
+        loaded_module=read_loaded_module(p["sysfs_module_dir"]),
+        nouveau_loaded=read_nouveau_loaded(p["sysfs_module_dir"]),
+        installed_module=installed_module_version(module) if p["stage"] == "before_installer" else "",
+    )
+    policy = normal_reboot_policy(p["reboot_policy"])
     # The processes matter only when a reboot is pending and the policy asks.
     processes = (read_gpu_processes(p["proc_root"], p["ignore_processes"])
                  if plan["action"] == "reboot" and policy == "auto" else [])

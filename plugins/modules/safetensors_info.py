@@ -12,10 +12,12 @@ DOCUMENTATION = r"""
 ---
 module: safetensors_info
 short_description: Describe a vLLM model directory (config.json and safetensors headers), local or on the hub
+author:
+  - llmops.serving developers (@llmops)
 description:
-  - Returns what the vLLM memory planner (M(llmops.serving.serving_plan)) reads from a model directory - the
-    model's C(config.json) (the C(text_config) of a multimodal Qwen3.5/3.6 config wins) and the bytes of its
-    top-level C(*.safetensors) shards - as RV(vllm), plus every shard's checked header in RV(shards).
+  - Returns what the vLLM memory planner (M(llmops.serving.memory_plan_info)) reads from a model directory -
+    the model's C(config.json) (the C(text_config) of a multimodal Qwen3.5/3.6 config wins) and the bytes of
+    its top-level C(*.safetensors) shards - as RV(vllm), plus every shard's checked header in RV(shards).
   - Each shard's header is checked as the safetensors library checks it - a header length within 16 MiB and
     the file, known dtypes, shapes of non-negative integers, each tensor's byte count equal to its shape times
     its dtype, the tensors back to back from offset 0 and ending exactly at the end of the file (a truncated
@@ -27,8 +29,6 @@ description:
     and checked against the listing's checksum, and each shard's header read with two HTTP Range requests
     (the 8-byte length, then the header). The token rules are those of M(llmops.serving.model_download).
 version_added: "0.5.0"
-author:
-  - llmops.serving developers (@llmops)
 options:
   path:
     description:
@@ -36,21 +36,6 @@ options:
     type: path
   repo:
     description: Hub repository, C(org/name), read remotely.
-    type: str
-  source:
-    description: The hub of O(repo), as for M(llmops.serving.model_snapshot).
-    type: str
-    default: huggingface
-    choices: [huggingface, modelscope]
-  revision:
-    description: Branch, tag or commit; default C(main) (ModelScope C(master)).
-    type: str
-  endpoint:
-    description: Hub base URL; default the node's C(HF_ENDPOINT) (ModelScope - C(MODELSCOPE_DOMAIN)), else
-      the hub's.
-    type: str
-  token:
-    description: Hub token for gated or private repos, sent only to O(endpoint)'s origin.
     type: str
   allow_patterns:
     description: With O(repo), the files model_snapshot would fetch (its option of the same name).
@@ -62,27 +47,10 @@ options:
     type: list
     elements: str
     default: []
-  validate_certs:
-    description: Verify TLS certificates.
-    type: bool
-    default: true
-  timeout:
-    description: Seconds without data before a request counts as stalled.
-    type: int
-    default: 30
-  retries:
-    description: Retries per request.
-    type: int
-    default: 2
 extends_documentation_fragment:
-  - llmops.serving.attributes.node
-attributes:
-  check_mode:
-    support: full
-    description: Reads only.
-  diff_mode:
-    support: none
-    description: Reads only.
+  - llmops.serving.attributes
+  - llmops.serving.attributes.info_module
+  - llmops.serving.download
 seealso:
   - module: llmops.serving.model_snapshot
   - module: llmops.serving.gguf_info
@@ -103,7 +71,7 @@ EXAMPLES = r"""
 RETURN = r"""
 vllm:
   description: What memory_plan_vllm.vllm_model_summary() returns for the directory (layers, heads, head_dim,
-    layer types, dtype, quantization_config, weights_bytes...), the serving_plan module's model input.
+    layer types, dtype, quantization_config, weights_bytes...), the memory_plan_info module's model input.
   returned: always
   type: dict
 shards:
@@ -123,39 +91,27 @@ remote:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import safetensors  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
-    DownloadError,
-    scrub,
-)
-from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_common import PlanError  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_vllm import (  # noqa: E402
-    vllm_model_summary,
+from ansible_collections.llmops.serving.plugins.module_utils import (  # noqa: E402
+    download_messages,
+    download_options,
+    memory_plan_common,
+    memory_plan_vllm,
+    safetensors,
+    safetensors_remote,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.safetensors_remote import (  # noqa: E402
-    remote_summary,
-)
 
-ARGUMENT_SPEC = dict(
+ARGUMENT_SPEC = download_options.header_read_argument_spec(
+    ("repo",),
     path=dict(type="path"),
-    repo=dict(type="str"),
-    source=dict(type="str", default="huggingface", choices=["huggingface", "modelscope"]),
-    revision=dict(type="str"),
-    endpoint=dict(type="str"),
-    token=dict(type="str", no_log=True),
     allow_patterns=dict(type="list", elements="str", default=[]),
     ignore_patterns=dict(type="list", elements="str", default=[]),
-    validate_certs=dict(type="bool", default=True),
-    timeout=dict(type="int", default=30),
-    retries=dict(type="int", default=2),
 )
 
 
 def main():
     run_module(AnsibleModule, "safetensors_info", _run, argument_spec=ARGUMENT_SPEC,
-               mutually_exclusive=[("path", "repo")], required_one_of=[("path", "repo")],
-               supports_check_mode=True)
+               mutually_exclusive=[("path", "repo")], required_one_of=[("path", "repo")])
 
 
 def _run(module):
@@ -163,14 +119,14 @@ def _run(module):
     token = p["token"]
     try:
         if p["path"]:
-            summary, shards = safetensors.local_summary(p["path"], vllm_model_summary)
+            summary, shards = safetensors.local_summary(p["path"], memory_plan_vllm.vllm_model_summary)
             result = {"vllm": summary, "shards": shards, "commit": None, "remote": None}
         else:
-            result = remote_summary(p, p["allow_patterns"], p["ignore_patterns"])
+            result = safetensors_remote.remote_summary(p, p["allow_patterns"], p["ignore_patterns"])
     except safetensors.SafetensorsError as exc:
-        module.fail_json(msg=scrub("safetensors check failed: %s" % exc, token))
-    except (DownloadError, PlanError, OSError) as exc:
-        module.fail_json(msg=scrub(str(exc), token))
+        module.fail_json(msg=download_messages.scrub("safetensors check failed: %s" % exc, token))
+    except (download_messages.DownloadError, memory_plan_common.PlanError, OSError) as exc:
+        module.fail_json(msg=download_messages.scrub(str(exc), token))
     except (MemoryError, OverflowError, RecursionError) as exc:  # a backstop: the limits should prevent these
         module.fail_json(msg="safetensors check failed: %s while reading a header (crafted file?)"
                              % type(exc).__name__)

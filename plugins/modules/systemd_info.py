@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: systemd_info
 short_description: Read systemd on the node - the services that run now, its version, what PID 1 may grant
+author:
+  - llmops.serving developers (@llmops)
 version_added: "0.7.0"
 description:
   - Runs C(systemctl list-units --type=service --state=running) once and returns the names of the running
@@ -46,11 +48,9 @@ options:
       - Where the node's proc filesystem is mounted (PID 1's status and limits are read there).
     type: path
     default: /proc
-author:
-  - llmops.serving developers (@llmops)
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - llmops.serving.attributes.read_only
+  - llmops.serving.attributes
+  - llmops.serving.attributes.info_module
 """
 
 EXAMPLES = r"""
@@ -96,14 +96,8 @@ memtotal_mib:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils import systemd_units  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.systemd_units import (  # noqa: E402
-    read_enabled_units,
-    read_memtotal_mib,
-    read_pid1,
-    read_running_units,
-    read_version,
-)
 
 ARGUMENT_SPEC = dict(
     systemctl=dict(type="path"),
@@ -114,7 +108,7 @@ ARGUMENT_SPEC = dict(
 
 
 def main():
-    run_module(AnsibleModule, "systemd_info", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    run_module(AnsibleModule, "systemd_info", _run, argument_spec=ARGUMENT_SPEC)
 
 
 def _run(module):
@@ -125,17 +119,18 @@ def _run(module):
     if not systemctl:
         module.fail_json(msg="systemctl is not on the node's PATH: the collection serves under systemd "
                              "(set systemctl to its path if it lives elsewhere)")
-    units, error = read_running_units(systemctl, timeout)
+    units, error = systemd_units.read_running_units(systemctl, timeout)
     if not error:
-        enabled, error = read_enabled_units(systemctl, module.params["units"], timeout)
+        enabled, error = systemd_units.read_enabled_units(systemctl, module.params["units"], timeout)
     if not error:
-        version_text, error = read_version(systemctl, timeout)
+        version_text, error = systemd_units.read_version(systemctl, timeout)
     if not error:
-        pid1, error = read_pid1(module.params["proc_root"])
+        pid1, error = systemd_units.read_pid1(module.params["proc_root"])
     if error:
         module.fail_json(msg=error)
     module.exit_json(changed=False, running_units=units, enabled_units=enabled, version_text=version_text,
-                     pid1_status_limits=pid1, memtotal_mib=read_memtotal_mib(module.params["proc_root"]))
+                     pid1_status_limits=pid1,
+                     memtotal_mib=systemd_units.read_memtotal_mib(module.params["proc_root"]))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ DOCUMENTATION = r"""
 ---
 module: wheel_compat_info
 short_description: Tell whether a node can install a Python wheel, and why not, before downloading it
+author:
+  - llmops.serving developers (@llmops)
 version_added: "1.0.0"
 description:
   - Compares what a wheel needs with what the node has - the node's glibc (C(os.confstr), else
@@ -48,13 +50,11 @@ options:
     type: str
     default: ""
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - llmops.serving.attributes.read_only
+  - llmops.serving.attributes
+  - llmops.serving.attributes.info_module
 seealso:
   - module: llmops.serving.gpu_facts
     description: The other half of a node's fitness for vLLM (GPUs, compute capability, memory).
-author:
-  - llmops.serving developers (@llmops)
 """
 
 EXAMPLES = r"""
@@ -127,17 +127,8 @@ python:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils import wheel_tags  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.wheel_tags import (  # noqa: E402
-    WheelTagError,
-    check,
-    dotted,
-    expand_tags,
-    glibc_version,
-    parse_wheel_filename,
-    probe_python,
-    requires_python_from_wheel,
-)
 
 ARGUMENT_SPEC = dict(
     python=dict(type="str", default="python3"),
@@ -149,24 +140,22 @@ ARGUMENT_SPEC = dict(
 
 def main():
     run_module(AnsibleModule, "wheel_compat_info", _run, argument_spec=ARGUMENT_SPEC,
-               mutually_exclusive=[("wheel", "tags")], supports_check_mode=True)
+               mutually_exclusive=[("wheel", "tags")], expected=(wheel_tags.WheelTagError, OSError))
 
 
 def _run(module):
     params = module.params
-    try:
-        tags = (parse_wheel_filename(params["wheel"])["tags"] if params["wheel"]
-                else [t for tag in params["tags"] for t in expand_tags(tag)])
-        requires_python = params["requires_python"]
-        if params["wheel"] and os.path.isfile(params["wheel"]):
-            requires_python = requires_python_from_wheel(params["wheel"])
-        python = module.get_bin_path(params["python"]) or params["python"]
-        host = {"glibc": glibc_version(), "machine": os.uname()[4], "python": probe_python(python)}
-        result = check(host, tags, requires_python)
-    except (WheelTagError, IOError, OSError) as error:
-        module.fail_json(msg=str(error))
+    tags = (wheel_tags.parse_wheel_filename(params["wheel"])["tags"] if params["wheel"]
+            else [t for tag in params["tags"] for t in wheel_tags.expand_tags(tag)])
+    requires_python = params["requires_python"]
+    if params["wheel"] and os.path.isfile(params["wheel"]):
+        requires_python = wheel_tags.requires_python_from_wheel(params["wheel"])
+    python = module.get_bin_path(params["python"]) or params["python"]
+    host = {"glibc": wheel_tags.glibc_version(), "machine": os.uname()[4],
+            "python": wheel_tags.probe_python(python)}
+    result = wheel_tags.check(host, tags, requires_python)
     module.exit_json(changed=False, tags=tags, requires_python=requires_python,
-                     glibc=dotted(host["glibc"]) if host["glibc"] else "", machine=host["machine"],
+                     glibc=wheel_tags.dotted(host["glibc"]) if host["glibc"] else "", machine=host["machine"],
                      python=host["python"], **result)
 
 

@@ -2,7 +2,7 @@
 # Copyright: llmops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What the serving_plan module (the memory planner) is given for a host's instances.
+"""What the memory_plan_info module (the memory planner) is given for a host's instances.
 
 serving_instances + serving_default_settings + what is known of each model + llmops_gpus -> the module's
 `instances` and `gpus`. Used twice: in preflight, before anything is downloaded (a model's metadata is the

@@ -4,7 +4,7 @@
 """Disk: Docker's data-root, the build root and the ccache are inventory variables (l20 puts them on /home,
 where the box has its space; CentOS 7's / is 50 GB), Docker's data-root gets /var/lib/docker's SELinux labels,
 and preflight refuses with the numbers before anything is installed or downloaded. The preflight's own tasks
-(role llama_cpp's disk entry point, then the disk_space check) run here for real."""
+(role llama_cpp's disk entry point, then the disk_space_info check) run here for real."""
 
 import os
 import sys
@@ -66,9 +66,9 @@ def test_preflight_checks_the_disk_after_reading_the_model_sizes():
     tasks = load_yaml(PREFLIGHT)[0]["tasks"]
     order = [str(t.get("ansible.builtin.include_role", {}).get("tasks_from")
                  or next(k for k in t if k.startswith(("ansible.", "llmops.")))) for t in tasks]
-    assert order.index("headers") < order.index("disk") < order.index("llmops.serving.disk_space")
-    check = tasks[order.index("llmops.serving.disk_space")]
-    assert check["llmops.serving.disk_space"]["writes"] == "{{ llmops_disk_writes }}"
+    assert order.index("headers") < order.index("disk") < order.index("llmops.serving.disk_space_info")
+    check = tasks[order.index("llmops.serving.disk_space_info")]
+    assert check["llmops.serving.disk_space_info"]["writes"] == "{{ llmops_disk_writes }}"
     assert check["check_mode"] is False
 
 
@@ -89,7 +89,7 @@ def run_preflight_disk(tmp_path, build_gib, with_build=False):
              "tasks": [
                  {"ansible.builtin.set_fact": {"llmops_disk_writes": [model_write]}},
                  {"ansible.builtin.include_role": {"name": "llmops.serving.llama_cpp", "tasks_from": "disk"}},
-                 {"llmops.serving.disk_space": {"writes": "{{ llmops_disk_writes }}", "candidates": [],
+                 {"llmops.serving.disk_space_info": {"writes": "{{ llmops_disk_writes }}", "candidates": [],
                                                 "reserve": "0"}, "register": "disk"},
                  {"ansible.builtin.debug": {
                      "msg": "{{ disk.filesystems | map(attribute='writes') | flatten | map(attribute='what') "
@@ -119,5 +119,5 @@ def test_a_node_with_a_build_counts_no_build_and_passes(tmp_path):
     assert result.returncode == 0, result.stdout
     assert "- model qwen3.6-27b-ud-q5_k_xl\n    - ccache\n" in result.stdout, result.stdout
     assert "- llama.cpp build" not in result.stdout
-    # the build and its images are left out by disk_space itself (unless_exists), in the same call
+    # the build and its images are left out by disk_space_info itself (unless_exists), in the same call
     assert "already there: llama.cpp build + CUDA and llama.cpp images" in result.stdout

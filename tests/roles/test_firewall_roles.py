@@ -80,7 +80,7 @@ L20_PLAN = [{"name": "qwen36-27b", "host": "0.0.0.0", "port": 8003},
 
 
 def test_serving_opens_the_l20_port_to_the_sources_then_changes_nothing(tmp_path, firewalld):
-    variables = {"_serving_plan": L20_PLAN, "serving_firewall_sources": ["10.20.0.0/16"]}
+    variables = {"_serving_instance_plans": L20_PLAN, "serving_firewall_sources": ["10.20.0.0/16"]}
     result, stats = run_tasks(tmp_path, firewalld, "serving", variables)
     assert result.returncode == 0, result.stdout + result.stderr
     assert stats["changed"] == 1
@@ -96,7 +96,7 @@ def test_serving_without_firewalld_says_which_port_to_open(tmp_path, firewalld):
     state = tmp_path / "firewalld" / "permanent"
     state.mkdir(parents=True)
     (state / "stopped").write_text("")
-    result, stats = run_tasks(tmp_path, firewalld, "serving", {"_serving_plan": L20_PLAN})
+    result, stats = run_tasks(tmp_path, firewalld, "serving", {"_serving_instance_plans": L20_PLAN})
     assert result.returncode == 0 and stats["changed"] == 0
     assert "firewalld is not running on localhost: if another firewall guards it, allow TCP 8003/tcp" in \
         " ".join(result.stdout.split())

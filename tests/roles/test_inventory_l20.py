@@ -195,8 +195,8 @@ def test_l20_key_only_in_vault_never_in_unit_or_plan():
     variables = l20_vars()
     text = render_unit(variables)
     assert TEST_KEY not in text
-    assert TEST_KEY not in json.dumps(variables["_serving_plan"])
-    assert variables["_serving_plan"][0]["key_file"] == "/etc/llama-server/qwen36-27b.key"
+    assert TEST_KEY not in json.dumps(variables["_serving_instance_plans"])
+    assert variables["_serving_instance_plans"][0]["key_file"] == "/etc/llama-server/qwen36-27b.key"
 
 
 def test_l20_without_vault_refuses_open_bind():

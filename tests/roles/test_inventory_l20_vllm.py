@@ -40,7 +40,7 @@ def enabled(**overrides):
 
 
 def vllm_plan(variables):
-    plan = variables["_serving_plan"][VLLM_INDEX]
+    plan = variables["_serving_instance_plans"][VLLM_INDEX]
     assert plan["engine"] == "vllm"
     return plan
 
@@ -51,7 +51,7 @@ def test_the_vllm_instance_is_opt_in_and_why():
     assert group["vllm_runtime"] == "container"             # CentOS 7.9: glibc 2.17, python 3.6
     text = open(os.path.join(INVENTORY, "group_vars", "l20", "main.yml")).read()
     assert "Why the vLLM instance below is opt-in" in text and "needs driver >= 580.65.06" in text
-    (llama,) = l20_vars(llmops_vllm=PINNED_IMAGE_FACT)["_serving_plan"]
+    (llama,) = l20_vars(llmops_vllm=PINNED_IMAGE_FACT)["_serving_instance_plans"]
     assert llama["engine"] == "llama.cpp"
 
 
@@ -87,7 +87,7 @@ def test_enabled_with_a_cuda_12_build_on_r550_is_planned():
 
 def test_l20_vllm_plan_on_gpus_0_1_beside_llama_cpp_on_2_3():
     variables = enabled(llmops_gpus=R580_GPUS)
-    llama, vllm = variables["_serving_plan"]
+    llama, vllm = variables["_serving_instance_plans"]
     assert llama["engine"] == "llama.cpp" and llama["gpus"] == [2, 3]
     assert vllm["gpus"] == [0, 1]
     assert vllm["mode"] == "container" and vllm["image"] == L20_VLLM_IMAGE
@@ -98,7 +98,7 @@ def test_l20_vllm_plan_on_gpus_0_1_beside_llama_cpp_on_2_3():
     assert vllm["api_key_env"] == "VLLM_API_KEY" and vllm["key_file"] is None
     assert vllm["cuda"]["decision"] == "ok" and vllm["cuda"]["driver"] == "580.65.06"
     assert vllm["warnings"] == []                          # FP8 on sm_89 is native; R580 runs CUDA 13.0
-    assert TEST_VLLM_KEY not in json.dumps(variables["_serving_plan"])
+    assert TEST_VLLM_KEY not in json.dumps(variables["_serving_instance_plans"])
 
 
 def test_l20_vllm_unit_key_lines():

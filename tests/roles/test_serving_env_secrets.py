@@ -207,7 +207,7 @@ def test_the_parsers_follow_systemd_and_docker():
 def render_env_file(variables, index=0):
     """Text of the env file of instance `index`, as the role's template task would write it."""
     variables = dict(variables)
-    variables["_serving_item"] = variables["_serving_plan"][index]
+    variables["_serving_item"] = variables["_serving_instance_plans"][index]
     with open(os.path.join(ROLE, "templates", "serving.env.j2")) as handle:
         source = handle.read()
     return role_templar(ROLE, variables).template(source, preserve_trailing_newlines=True,
@@ -250,8 +250,8 @@ def test_host_unit_names_the_env_file_and_holds_no_value():
     assert not set(names) & set(AWKWARD), names
     assert secrets_in(" ".join(exec_start_argv(text)), AWKWARD) == []
     # the plan (a fact, printed by set_fact with -v) keeps names only
-    assert secrets_in(repr(v["_serving_plan"]), AWKWARD) == []
-    assert v["_serving_plan"][0]["env_file"] == "/etc/llama-server/q.env"
+    assert secrets_in(repr(v["_serving_instance_plans"]), AWKWARD) == []
+    assert v["_serving_instance_plans"][0]["env_file"] == "/etc/llama-server/q.env"
 
 
 def test_gpus_stay_visible_in_the_unit_they_are_not_secret():

@@ -56,14 +56,14 @@ def render_plan(variables, systemctl_version="systemd 252 (252.38-1~deb12u1)"):
     templar = _templar(variables)
     version_expr = _set_fact_expr("_serving_systemd_version")
     variables["_serving_systemd_version"] = templar.template(version_expr)
-    variables["_serving_plan"] = templar.template(_set_fact_expr("_serving_plan"))
+    variables["_serving_instance_plans"] = templar.template(_set_fact_expr("_serving_instance_plans"))
     return variables
 
 
 def render_unit(variables, index=0):
     """Text of the unit of instance `index`, as the template task would write it."""
     variables = dict(variables)
-    variables["_serving_item"] = variables["_serving_plan"][index]
+    variables["_serving_item"] = variables["_serving_instance_plans"][index]
     variables.setdefault("_serving_uid_gid", "998:998")
     with open(os.path.join(ROLE, "templates", "serving.service.j2")) as handle:
         source = handle.read()
@@ -126,7 +126,7 @@ def test_unit_runs_host_binary_with_table_argv_and_markers():
     assert directive(text, "Service", "LimitMEMLOCK") == []
     assert not any(k.startswith("CUDA_VISIBLE_DEVICES") for k in env)
     assert directive(text, "Service", "EnvironmentFile") == ["/etc/llama-server/tiny.env"]   # instance env
-    assert v["_serving_plan"][0]["unit"] == "llama-server-tiny.service"
+    assert v["_serving_instance_plans"][0]["unit"] == "llama-server-tiny.service"
 
 
 def test_a_build_or_model_change_changes_the_unit():
@@ -144,7 +144,7 @@ def test_key_never_in_unit_only_its_file():
                       serving_api_keys={"pub": SECRET})
     text = render_unit(v)
     assert SECRET not in text
-    assert SECRET not in repr(v["_serving_plan"])
+    assert SECRET not in repr(v["_serving_instance_plans"])
     argv = exec_start_argv(text)
     assert argv[argv.index("--api-key-file") + 1] == "/etc/llama-server/pub.key"
     assert "--api-key" not in argv

@@ -111,7 +111,7 @@ def test_seed_unit_option_by_option():
 
 
 def test_fp8_on_the_seeds_2080ti_is_reported():
-    (plan,) = seed_vars()["_serving_plan"]
+    (plan,) = seed_vars()["_serving_instance_plans"]
     assert plan["warnings"] and "weight-only/emulated" in plan["warnings"][0]
 
 

@@ -7,16 +7,16 @@ reports what a real run then does."""
 import json
 import os
 
-import yaml
 from ansible_collections.llmops.serving.plugins.module_utils import download_options, download_parts
 from ansible_collections.llmops.serving.plugins.modules import model_download
 
 from tests.fixtures.fake_hub.helpers import dl, params
+from tests.helpers import module_doc
 from tests.unit.plugins.modules.test_gguf_module import capture_module_kwargs
 
 
 def test_documentation_equals_the_option_schema():
-    doc = yaml.safe_load(model_download.DOCUMENTATION)["options"]
+    doc = module_doc(model_download, file_options=False)["options"]
     schema = download_options.OPTIONS
     assert sorted(doc) == sorted(schema)
     assert len(schema) == 22

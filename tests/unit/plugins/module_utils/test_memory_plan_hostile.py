@@ -1,8 +1,8 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""serving_plan's inputs out of range or of the wrong shape (issue 23): each is refused with a PlanError that
-names the instance and the setting (never a traceback, never a plan that "fits" what the engine refuses);
+"""memory_plan_info's inputs out of range or of the wrong shape (issue 23): each is refused with a PlanError
+that names the instance and the setting (never a traceback, never a plan that "fits" what the engine refuses);
 llama.cpp's own limits (256 slots) and warnings (context above the trained context) are the planner's."""
 import pytest
 from ansible_collections.llmops.serving.plugins.module_utils import memory_plan as mp

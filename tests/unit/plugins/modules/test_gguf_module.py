@@ -13,7 +13,7 @@ import yaml
 from ansible_collections.llmops.serving.plugins.modules import gguf_info
 
 from tests.fixtures.gguf.builder import tiny_qwen35
-from tests.helpers import ROOT  # noqa: E402
+from tests.helpers import ROOT, module_doc  # noqa: E402
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -47,7 +47,7 @@ def _spec():
 
 
 def test_documentation_matches_argument_spec():
-    doc = yaml.safe_load(gguf_info.DOCUMENTATION)
+    doc = module_doc(gguf_info)
     spec = _spec()
     assert sorted(doc["options"]) == sorted(spec)
     for name, opt in doc["options"].items():

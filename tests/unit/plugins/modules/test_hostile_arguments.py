@@ -186,7 +186,7 @@ def _working(name, root):
         "deployment": {"state": "deploy", "dir": os.path.join(root, "deployments"), "name": "q",
                        "unit_file": os.path.join(root, "q.service"), "env_file": env_file,
                        "unit_content": "[Service]\n", "env_content": "KEY=sk-abc\n"},
-        "disk_space": {"writes": [{"path": root, "bytes": 1024, "label": "m"}], "reserve": "1GiB"},
+        "disk_space_info": {"writes": [{"path": root, "bytes": 1024, "label": "m"}], "reserve": "1GiB"},
         "firewall_ports": {"owner": "llmops", "ports": ["8000/tcp"], "sources": ["10.0.0.0/8"],
                            "record_dir": os.path.join(root, "fw"), "firewall_cmd": fifo},
         "gateway_server": {"socket": fifo, "backend": "llm_q", "server": "q-a", "state": "drain",
@@ -208,7 +208,7 @@ def _working(name, root):
                                "sysfs_module_dir": root, "proc_root": root},
         "safetensors_info": {"path": gguf},
         "systemd_info": {"systemctl": fifo, "proc_root": root, "timeout": 2},
-        "serving_plan": {"gpus": [l20(0), l20(1)], "host_memory_mib": 65536, "instances": [
+        "memory_plan_info": {"gpus": [l20(0), l20(1)], "host_memory_mib": 65536, "instances": [
             {"name": "a", "gpus": [0, 1], "model": llama_8b(),
              "settings": {"ctx_size": 8192, "parallel": 2, "tensor_split": [1, 1], "batch_size": 512}},
             {"name": "v", "engine": "vllm", "gpus": [1], "model_dir": root,
@@ -307,7 +307,7 @@ SPECS = dict((name, capture_module_kwargs(importlib.import_module(modules_pkg.__
 
 def test_every_module_is_driven():
     """The list is every module with a main() (download_wait's file documents an action plugin)."""
-    assert len(MODULES) >= 14 and "serving_plan" in MODULES and "download_wait" not in MODULES
+    assert len(MODULES) >= 14 and "memory_plan_info" in MODULES and "download_wait" not in MODULES
     assert all(SPECS[name].get("argument_spec") for name in MODULES)
 
 
@@ -358,12 +358,12 @@ KNOWN = [
     ("nvidia_driver_info", {"sysfs_module_dir": "\x00"}),
     ("nvidia_driver_info", {"reboot_policy": "a" * 70000}),
     ("gateway_server", {"backend": "a" * 70000}),
-    ("serving_plan", {"gpus": -1}),
-    ("serving_plan", {"gpus": " "}),
-    ("serving_plan", {"instances": [{"name": "v", "engine": "vllm", "gpus": [0],
+    ("memory_plan_info", {"gpus": -1}),
+    ("memory_plan_info", {"gpus": " "}),
+    ("memory_plan_info", {"instances": [{"name": "v", "engine": "vllm", "gpus": [0],
                                      "model": {"weights_bytes": 1},
                                      "settings": {"tensor_parallel_size": 0}}]}),
-    ("serving_plan", {"instances": [{"name": "a", "gpus": [0], "model": llama_8b(),
+    ("memory_plan_info", {"instances": [{"name": "a", "gpus": [0], "model": llama_8b(),
                                      "settings": {"gpu_memory_utilization": "x", "main_gpu": "x",
                                                   "parallel": 10 ** 9}}]}),
     ("wheel_compat_info", {"wheel": None, "tags": ["cp3" + "1" * 5000 + "-abi3-manylinux_2_28_x86_64"]}),

@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""serving_plan on the controller when the node has nothing to add.
+"""memory_plan_info on the controller when the node has nothing to add.
 
 The planner is arithmetic on what the task is given: the GPUs (llmops_gpus), the host's RAM and each
 instance's model metadata (gguf_info's or the snapshot's summary, which the roles pass as `model`). Running
@@ -20,7 +20,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.llmops.serving.plugins.module_utils.memory_plan import needs_node, plan_result
-from ansible_collections.llmops.serving.plugins.modules.serving_plan import ARGUMENT_SPEC
+from ansible_collections.llmops.serving.plugins.modules.memory_plan_info import ARGUMENT_SPEC
 
 
 class ActionModule(ActionBase):
@@ -31,7 +31,7 @@ class ActionModule(ActionBase):
         del tmp  # not used
         instances = self._task.args.get("instances")
         if needs_node(instances if isinstance(instances, list) else None) or not isinstance(instances, list):
-            result.update(self._execute_module(module_name="llmops.serving.serving_plan",
+            result.update(self._execute_module(module_name="llmops.serving.memory_plan_info",
                                                module_args=self._task.args, task_vars=task_vars))
             return result
         # The module's options, checked as AnsibleModule checks them (types, choices, required).
@@ -43,7 +43,7 @@ class ActionModule(ActionBase):
             planned, warnings, error = plan_result(params)
         except Exception as exc:  # the module's last line of defence (module_guard), here: one line, no trace
             return dict(result, failed=True, changed=False,
-                        msg="serving_plan failed: %s: %s" % (type(exc).__name__, str(exc)[:2000]))
+                        msg="memory_plan_info failed: %s: %s" % (type(exc).__name__, str(exc)[:2000]))
         result.update(planned)
         if warnings:
             result["warnings"] = list(warnings)

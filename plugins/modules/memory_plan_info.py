@@ -10,13 +10,16 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: serving_plan
+module: memory_plan_info
 short_description: Plan the GPU memory of serving instances before they start, and refuse what cannot fit
+author:
+  - llmops.serving developers (@llmops)
 version_added: "1.0.0"
 description:
-  - Planning only; read-only. For each instance it computes what the engine will allocate on each of the
-    instance's GPUs - weights, KV cache, recurrent state, compute buffers, CUDA context overhead - and the
-    headroom left, from the model's metadata (no model data is read) and the instance settings.
+  - Planning only; read-only (formerly C(serving_plan), a name that redirects here until 1.0.0). For each
+    instance it computes what the engine will allocate on each of the instance's GPUs - weights, KV cache,
+    recurrent state, compute buffers, CUDA context overhead - and the headroom left, from the model's
+    metadata (no model data is read) and the instance settings.
   - A llama.cpp instance's C(model) is a M(llmops.serving.gguf_info) result (which can read a remote GGUF's
     header, so the plan can run before a download). The rules are the pinned llama.cpp's own (hybrid Gated
     DeltaNet layouts, MTP draft context, unified KV, split-mode layer placement with the input embedding in
@@ -86,15 +89,13 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - llmops.serving.attributes.read_only
+  - llmops.serving.attributes
+  - llmops.serving.attributes.info_module
 seealso:
   - module: llmops.serving.gguf_info
     description: The model metadata a llama.cpp plan needs (local file or remote header).
   - module: llmops.serving.gpu_facts
     description: The GPUs and their free memory.
-author:
-  - llmops.serving developers (@llmops)
 """
 
 EXAMPLES = r"""
@@ -104,7 +105,7 @@ EXAMPLES = r"""
   register: qwen_gguf
 
 - name: Plan the L20 instance before anything restarts
-  llmops.serving.serving_plan:
+  llmops.serving.memory_plan_info:
     gpus: "{{ llmops_gpus }}"
     instances:
       - name: qwen36-27b
@@ -119,7 +120,7 @@ EXAMPLES = r"""
   register: plan
 
 - name: Plan a model larger than one node on Ray cluster ray_cluster (TP 4 within each node, PP 2)
-  llmops.serving.serving_plan:
+  llmops.serving.memory_plan_info:
     gpus: "{{ llmops_gpus }}"
     instances:
       - name: big-fp8
@@ -186,8 +187,7 @@ refusals:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.gguf import inspect as inspect_gguf  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.memory_plan import plan_result  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils import gguf, memory_plan  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(
@@ -202,11 +202,11 @@ ARGUMENT_SPEC = dict(
 
 
 def main():
-    run_module(AnsibleModule, "serving_plan", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    run_module(AnsibleModule, "memory_plan_info", _run, argument_spec=ARGUMENT_SPEC)
 
 
 def _run(module):
-    result, warnings, error = plan_result(module.params, read_gguf=inspect_gguf)
+    result, warnings, error = memory_plan.plan_result(module.params, read_gguf=gguf.inspect)
     for warning in warnings:
         module.warn(warning)
     if error:

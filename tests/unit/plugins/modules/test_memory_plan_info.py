@@ -1,12 +1,13 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The serving_plan module run the way Ansible runs it (a JSON args file): documentation matches the
-argument spec, plans for both engines, refusals fail the task naming every instance, check mode, never
-changed."""
+"""The memory_plan_info module (formerly serving_plan) run the way Ansible runs it (a JSON args file):
+documentation matches the argument spec, plans for both engines, refusals fail the task naming every
+instance, check mode, never changed."""
 import json
 
-from ansible_collections.llmops.serving.plugins.modules import serving_plan
+import yaml
+from ansible_collections.llmops.serving.plugins.modules import memory_plan_info
 
 from tests.helpers import assert_docs_match_argument_spec, run_module_file
 from tests.unit.plugins.module_utils.test_memory_plan import SEED_SETTINGS, l20, llama_8b, qwen36_27b
@@ -14,13 +15,16 @@ from tests.unit.plugins.modules.test_gguf_module import capture_module_kwargs
 
 
 def test_documentation_matches_argument_spec():
-    doc = assert_docs_match_argument_spec(serving_plan, capture_module_kwargs(serving_plan),
+    doc = assert_docs_match_argument_spec(memory_plan_info, capture_module_kwargs(memory_plan_info),
                                           {"plans", "messages", "refusals"})
-    assert "llmops.serving.attributes.read_only" in doc["extends_documentation_fragment"]
+    extends = yaml.safe_load(memory_plan_info.DOCUMENTATION)["extends_documentation_fragment"]
+    assert "llmops.serving.attributes.info_module" in extends
+    attributes = doc["attributes"]
+    assert attributes["check_mode"]["support"] == "full" and attributes["diff_mode"]["support"] == "none"
 
 
 def run_module(tmp_path, args, check_mode=False):
-    return run_module_file(tmp_path, "serving_plan", args, check_mode=check_mode)
+    return run_module_file(tmp_path, "memory_plan_info", args, check_mode=check_mode)
 
 
 def _vllm_dir(tmp_path):
@@ -156,7 +160,8 @@ def _play(tmp_path, args):
         "hosts": "localhost", "gather_facts": False,
         "vars": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 9,
                  "ansible_ssh_timeout": 3, "plan_args": args},
-        "tasks": [{"name": "plan", "llmops.serving.serving_plan": "{{ plan_args }}", "register": "planned",
+        "tasks": [{"name": "plan", "llmops.serving.memory_plan_info": "{{ plan_args }}",
+                   "register": "planned",
                    "ignore_unreachable": True, "ignore_errors": True},
                   {"name": "show", "ansible.builtin.copy": {
                       "content": "{{ planned | to_json }}", "dest": str(tmp_path / "result.json")},

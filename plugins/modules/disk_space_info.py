@@ -10,8 +10,10 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: disk_space
+module: disk_space_info
 short_description: Check free space per filesystem against what a run will write
+author:
+  - llmops.serving developers (@llmops)
 version_added: "1.0.0"
 description:
   - Groups O(writes) by the filesystem each target path is (or will be, once created) on, and compares what
@@ -20,7 +22,8 @@ description:
     path, and the variable that moves it - with the candidate filesystem of O(candidates) that has the most
     room ("/ has 12.3 GiB free, the run writes ~31.0 GiB there - ...; set llama_cpp_build_root to a path on
     /home (2.4 TiB free)").
-  - The arithmetic is in C(plugins/module_utils/disk_plan.py). Read-only.
+  - The arithmetic is in C(plugins/module_utils/disk_plan.py). Read-only (formerly C(disk_space), a name
+    that redirects here until 1.0.0).
 options:
   writes:
     description:
@@ -47,16 +50,14 @@ options:
       - Fail when a filesystem is short; V(false) only reports it.
     type: bool
     default: true
-author:
-  - llmops.serving developers (@llmops)
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - llmops.serving.attributes.read_only
+  - llmops.serving.attributes
+  - llmops.serving.attributes.info_module
 """
 
 EXAMPLES = r"""
 - name: Refuse to start a 19 GB download onto a 50 GB root filesystem
-  llmops.serving.disk_space:
+  llmops.serving.disk_space_info:
     writes:
       - {path: /home/models/qwen, bytes: 20401094656, what: model qwen3.6-27b, variable: model_dir}
       - path: /var/lib/docker
@@ -92,15 +93,7 @@ report:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.disk_plan import (  # noqa: E402
-    DiskError,
-    filesystem,
-    normal_writes,
-    parse_size,
-    plan,
-    report,
-    split_present,
-)
+from ansible_collections.llmops.serving.plugins.module_utils import disk_plan  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(
@@ -112,21 +105,19 @@ ARGUMENT_SPEC = dict(
 
 
 def main():
-    run_module(AnsibleModule, "disk_space", _run, argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    run_module(AnsibleModule, "disk_space_info", _run, argument_spec=ARGUMENT_SPEC,
+               expected=(disk_plan.DiskError,))
 
 
 def _run(module):
     p = module.params
-    try:
-        writes, already_there = split_present(normal_writes(p["writes"]))
-        reserve = parse_size(p["reserve"])
-    except DiskError as exc:
-        module.fail_json(msg=str(exc))
+    writes, already_there = disk_plan.split_present(disk_plan.normal_writes(p["writes"]))
+    reserve = disk_plan.parse_size(p["reserve"])
     paths = set(w["path"] for w in writes) | set(p["candidates"])
-    filesystems = dict((path, filesystem(path)) for path in paths)
-    result = plan(writes, filesystems, reserve=reserve, candidates=p["candidates"])
+    filesystems = dict((path, disk_plan.filesystem(path)) for path in paths)
+    result = disk_plan.plan(writes, filesystems, reserve=reserve, candidates=p["candidates"])
     out = dict(changed=False, filesystems=result["filesystems"], short=[g["mount"] for g in result["short"]],
-               report=report(result), already_there=already_there)
+               report=disk_plan.report(result), already_there=already_there)
     if result["short"] and p["fail_on_shortage"]:
         module.fail_json(msg="Not enough disk space for this run: %s." % "; ".join(result["messages"]), **out)
     for message in result["messages"]:
