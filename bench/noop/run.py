@@ -44,11 +44,22 @@ DEMO = os.path.join(ROOT, "tests", "demo", "run.sh")
 COLD_BUILD_ROOT = "/var/tmp/llmops-bench-build"
 
 
+def cfg_callbacks():
+    """callbacks_enabled of the checkout's ansible.cfg ("" when it has none)."""
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(os.path.join(ROOT, "ansible.cfg"))
+    return parser.get("defaults", "callbacks_enabled", fallback="")
+
+
 def run_logged(argv, log_path, extra_env=None):
     """Run argv with profile_tasks on, its output to the terminal and to log_path; (returncode, seconds)."""
     env = dict(os.environ)
     env.update(extra_env or {})
-    callbacks = [c for c in env.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if c]
+    # ANSIBLE_CALLBACKS_ENABLED replaces ansible.cfg's callbacks_enabled: start from the checkout's list
+    # (llmops.serving.preload) as a user's run has it
+    callbacks = [c.strip() for c in env.get("ANSIBLE_CALLBACKS_ENABLED", cfg_callbacks()).split(",") if c.strip()]
     if "ansible.posix.profile_tasks" not in callbacks:
         callbacks.append("ansible.posix.profile_tasks")
     env["ANSIBLE_CALLBACKS_ENABLED"] = ",".join(callbacks)
