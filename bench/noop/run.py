@@ -59,7 +59,8 @@ def run_logged(argv, log_path, extra_env=None):
     env.update(extra_env or {})
     # ANSIBLE_CALLBACKS_ENABLED replaces ansible.cfg's callbacks_enabled: start from the checkout's list
     # (llmops.serving.preload) as a user's run has it
-    callbacks = [c.strip() for c in env.get("ANSIBLE_CALLBACKS_ENABLED", cfg_callbacks()).split(",") if c.strip()]
+    enabled = env.get("ANSIBLE_CALLBACKS_ENABLED", cfg_callbacks())
+    callbacks = [c.strip() for c in enabled.split(",") if c.strip()]
     if "ansible.posix.profile_tasks" not in callbacks:
         callbacks.append("ansible.posix.profile_tasks")
     env["ANSIBLE_CALLBACKS_ENABLED"] = ",".join(callbacks)

@@ -27,8 +27,8 @@ author:
   - llmops.serving developers (@llmops)
 """
 
-from ansible.plugins.callback import CallbackBase
-from ansible.plugins.loader import action_loader, filter_loader
+from ansible.plugins.callback import CallbackBase  # noqa: E402
+from ansible.plugins.loader import action_loader, filter_loader  # noqa: E402
 
 # One filter is enough to resolve the collection's filter plugins (Ansible loads every file of plugins/filter
 # to find a collection filter by name); the action plugins are resolved one by one.
