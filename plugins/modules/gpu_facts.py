@@ -106,6 +106,30 @@ options:
         call that reads the GPUs, before the driver stage had its chance.
     type: bool
     default: false
+  later_checks:
+    description:
+      - With O(defer_checks), the checks a later call makes once the driver stage has had its chance (the GPU
+        host stage's). They are evaluated on the GPUs and driver as they are now and never fail this call:
+        RV(later_checks_pass) says whether that later call would pass. The GPU host stage skips its second
+        read of the GPUs when it would and the driver stage changed nothing.
+      - Their meaning is that of the options of the same names; O(require_arch), O(min_memory_mib) and
+        O(devices) apply to both.
+    type: dict
+    default: {}
+    suboptions:
+      required:
+        description: As O(required).
+        type: bool
+        default: false
+      min_driver_version:
+        description: As O(min_driver_version).
+        type: str
+      require_cuda:
+        description: As O(require_cuda).
+        type: str
+      min_free_memory_mib:
+        description: As O(min_free_memory_mib).
+        type: int
 notes:
   - Runs on the managed node with Python 3.6 or newer; needs no Python package beyond the standard library.
   - The CUDA rules come from NVIDIA's CUDA Compatibility guide (minor-version compatibility, Table 1) and the
@@ -298,6 +322,11 @@ checks_deferred:
     compute capability to check yet); V(false) when they ran.
   returned: when O(defer_checks) is set
   type: bool
+later_checks_pass:
+  description: With O(defer_checks), whether the O(later_checks) (with O(require_arch), O(min_memory_mib) and
+    O(devices)) pass on the GPUs and driver as they are now.
+  returned: when O(defer_checks) is set
+  type: bool
 error_kind:
   description: >-
     Class of problem behind C(llmops_gpus.error): absent, mismatch, no_driver, no_devices, lost, timeout,
@@ -321,6 +350,12 @@ ARGUMENT_SPEC = dict(
     min_free_memory_mib=dict(type="int"),
     devices=dict(type="list", elements="str", default=[]),
     defer_checks=dict(type="bool", default=False),
+    later_checks=dict(type="dict", default={}, options=dict(
+        required=dict(type="bool", default=False),
+        min_driver_version=dict(type="str"),
+        require_cuda=dict(type="str"),
+        min_free_memory_mib=dict(type="int"),
+    )),
 )
 
 
@@ -351,9 +386,9 @@ def _run(module):
     result = dict(changed=False, llmops_gpus=facts, error_kind=kind, selected=[], failures=[],
                   faulty_gpus=faulty)
     wanted_faulty = [f["error"] for f in faulty if gpu.is_wanted(f, p["devices"])]
-    if p["required"] and (found["node_error"] or wanted_faulty or not facts["present"]):
-        module.fail_json(msg=" ".join([e for e in [found["node_error"]] + wanted_faulty if e])
-                         or facts["error"] or "no usable NVIDIA GPU", **result)
+    missing = _no_usable_gpu(p["devices"], facts, found, faulty)
+    if p["required"] and missing:
+        module.fail_json(msg=missing, **result)
     if wanted_faulty and not p["required"]:
         for message in wanted_faulty:
             module.warn(message)
@@ -361,7 +396,8 @@ def _run(module):
     deferred = p["defer_checks"] and (not facts["present"]
                                       or not all(g.get("compute_cap") for g in facts["gpus"]))
     if p["defer_checks"]:
-        result.update(checks_deferred=bool(deferred))
+        result.update(checks_deferred=bool(deferred),
+                      later_checks_pass=_later_checks_pass(p, facts, found, faulty, p["later_checks"] or {}))
     selected, failures = ([], []) if deferred else gpu.evaluate(
         facts,
         require_arch=p["require_arch"],
@@ -379,6 +415,35 @@ def _run(module):
         module.fail_json(msg=msg, **result)
     del result["llmops_gpus"]
     module.exit_json(ansible_facts=dict(llmops_gpus=facts), **result)
+
+
+def _no_usable_gpu(devices, facts, found, faulty):
+    """What O(required) fails with: no usable GPU (the node's error, a wanted GPU in a bad state, none
+    present); None when there is one."""
+    wanted_faulty = [f["error"] for f in faulty if gpu.is_wanted(f, devices)]
+    if found["node_error"] or wanted_faulty or not facts["present"]:
+        return (" ".join([e for e in [found["node_error"]] + wanted_faulty if e])
+                or facts["error"] or "no usable NVIDIA GPU")
+    return None
+
+
+def _later_checks_pass(p, facts, found, faulty, later):
+    """Whether a later call with `later`'s options (and this call's architecture, memory and devices) would pass
+    on these GPUs: the same rules as this module's required and gpu.evaluate."""
+    if later.get("required") and _no_usable_gpu(p["devices"], facts, found, faulty):
+        return False
+    _selected, failures = gpu.evaluate(
+        facts,
+        require_arch=p["require_arch"],
+        min_driver_version=later.get("min_driver_version"),
+        require_cuda=later.get("require_cuda"),
+        min_memory_mib=p["min_memory_mib"],
+        min_free_memory_mib=later.get("min_free_memory_mib"),
+        devices=p["devices"],
+        faulty=faulty,
+        node_error=found["node_error"],
+    )
+    return not failures
 
 
 if __name__ == "__main__":

@@ -115,6 +115,29 @@ def test_gpu_host_stage_decides_from_the_gpus_preflight_read_in_the_same_run():
         assert holds(role_templar(ROOT, variables), read) is expected, (site_run, facts)
 
 
+@pytest.mark.parametrize("over, reads", [
+    ({}, False),                                                                 # preflight's read stands
+    ({"_nvidia_driver_detected": "install"}, True),                              # the driver changed
+    ({"_nvidia_driver_detected": "reboot"}, True),
+    ({"_preflight_gpus": {"later_checks_pass": False}}, True),                   # would fail: say so
+    ({"_preflight_gpus": {"skipped": True}}, True),
+    ({"llmops_site_run": False}, True),                                          # the stage run alone
+])
+def test_the_gpu_host_gates_reuse_preflight_s_read_when_nothing_changed_the_driver(over, reads):
+    gates = [t for t in load_yaml(os.path.join(ROOT, "playbooks", "gpu_host.yml"))[1]["tasks"]
+             if "llmops.serving.gpu_facts" in t][0]
+    variables = {"llmops_site_run": True, "_preflight_gpus": {"later_checks_pass": True},
+                 "_nvidia_driver_detected": "none"}
+    variables.update(over)
+    assert holds(role_templar(ROOT, variables), gates["when"]) is reads
+    # preflight asks for the very checks the stage makes
+    preflight = task("playbooks/preflight.yml", "Read the GPUs and the driver, and refuse GPUs that no driver "
+                     "can make fit (architecture, memory, devices)")["llmops.serving.gpu_facts"]
+    stage = gates["llmops.serving.gpu_facts"]
+    assert preflight["later_checks"] == {k: stage[k] for k in ("required", "require_cuda", "min_driver_version")}
+    assert all(preflight[k] == stage[k] for k in ("require_arch", "min_memory_mib", "devices"))
+
+
 # --- role serving: the services, once per run ---------------------------------------------------------
 
 def test_serving_reads_the_services_once_per_run_and_again_after_a_unit_started():

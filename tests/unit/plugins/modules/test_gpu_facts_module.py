@@ -253,3 +253,27 @@ def test_defer_checks_checks_what_the_driver_shows_and_waits_without_one(tmp_pat
     assert facts(pending)["present"] is False and pending["error_kind"] == "mismatch"
     # without defer_checks the same node fails the checks
     assert run_module(tmp_path, dict(wanted, defer_checks=False), profile="mismatch")["_rc"] == 1
+
+
+def test_later_checks_say_whether_the_gpu_host_stage_would_pass_without_failing_preflight(tmp_path):
+    """preflight evaluates the GPU host stage's checks too (later_checks): never fatal there, and the stage
+    reads the GPUs again only when they would not pass (or the driver stage changed the driver)."""
+    later = {"required": True, "require_cuda": "12.4"}
+    wanted = {"require_arch": ["8.9"], "min_memory_mib": 46000, "defer_checks": True, "later_checks": later}
+    ok = run_module(tmp_path, wanted, state={"driver_version": "550.54.14", "cuda_version": "12.4"})
+    assert ok["_rc"] == 0 and ok["later_checks_pass"] is True
+    # the same call as the GPU host stage makes it, on this node: passes too
+    stage = run_module(tmp_path, {"require_arch": ["8.9"], "min_memory_mib": 46000, "required": True,
+                                  "require_cuda": "12.4"},
+                       state={"driver_version": "550.54.14", "cuda_version": "12.4"})
+    assert stage["_rc"] == 0
+    # an old driver: preflight passes (the driver stage may fix it), the later checks do not
+    old = run_module(tmp_path, dict(wanted, later_checks=dict(later, require_cuda="13.0")),
+                     state={"driver_version": "535.161.08", "cuda_version": "12.2"})
+    assert old["_rc"] == 0 and old["later_checks_pass"] is False and old["failures"] == []
+    # no usable GPU (a reboot pending): required would fail later
+    pending = run_module(tmp_path, wanted, profile="mismatch")
+    assert pending["_rc"] == 0 and pending["later_checks_pass"] is False
+    assert run_module(tmp_path, dict(wanted, later_checks={}), profile="mismatch")["later_checks_pass"] is False
+    # without defer_checks nothing is said of later checks
+    assert "later_checks_pass" not in run_module(tmp_path, {"require_arch": ["8.9"]})
