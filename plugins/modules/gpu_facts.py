@@ -428,8 +428,8 @@ def _no_usable_gpu(devices, facts, found, faulty):
 
 
 def _later_checks_pass(p, facts, found, faulty, later):
-    """Whether a later call with `later`'s options (and this call's architecture, memory and devices) would pass
-    on these GPUs: the same rules as this module's required and gpu.evaluate."""
+    """Whether a later call with `later`'s options (and this call's architecture, memory and devices) would
+    pass on these GPUs: the same rules as this module's required and gpu.evaluate."""
     if later.get("required") and _no_usable_gpu(p["devices"], facts, found, faulty):
         return False
     _selected, failures = gpu.evaluate(

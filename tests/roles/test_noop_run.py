@@ -131,10 +131,11 @@ def test_the_gpu_host_gates_reuse_preflight_s_read_when_nothing_changed_the_driv
     variables.update(over)
     assert holds(role_templar(ROOT, variables), gates["when"]) is reads
     # preflight asks for the very checks the stage makes
-    preflight = task("playbooks/preflight.yml", "Read the GPUs and the driver, and refuse GPUs that no driver "
-                     "can make fit (architecture, memory, devices)")["llmops.serving.gpu_facts"]
+    preflight = task("playbooks/preflight.yml", "Read the GPUs and the driver, and refuse GPUs that no "
+                     "driver can make fit (architecture, memory, devices)")["llmops.serving.gpu_facts"]
     stage = gates["llmops.serving.gpu_facts"]
-    assert preflight["later_checks"] == {k: stage[k] for k in ("required", "require_cuda", "min_driver_version")}
+    later = ("required", "require_cuda", "min_driver_version")
+    assert preflight["later_checks"] == {k: stage[k] for k in later}
     assert all(preflight[k] == stage[k] for k in ("require_arch", "min_memory_mib", "devices"))
 
 
