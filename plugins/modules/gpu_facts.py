@@ -109,7 +109,7 @@ options:
   later_checks:
     description:
       - With O(defer_checks), the checks a later call makes once the driver stage has had its chance (the GPU
-        host stage's). They are evaluated on the GPUs and driver as they are now and never fail this call:
+        host stage's). They are evaluated on the GPUs and driver as they are now and never fail this call;
         RV(later_checks_pass) says whether that later call would pass. The GPU host stage skips its second
         read of the GPUs when it would and the driver stage changed nothing.
       - Their meaning is that of the options of the same names; O(require_arch), O(min_memory_mib) and
