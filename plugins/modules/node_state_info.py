@@ -14,6 +14,9 @@ module: node_state_info
 short_description: Read paths, users and groups on the node in one call
 author:
   - llmops.serving developers (@llmops)
+extends_documentation_fragment:
+  - llmops.serving.attributes
+  - llmops.serving.attributes.info_module
 version_added: "0.7.0"
 description:
   - Returns, for each path, what M(ansible.builtin.stat) would (links not followed) - whether it exists, its
@@ -52,9 +55,6 @@ options:
     type: list
     elements: str
     default: []
-extends_documentation_fragment:
-  - llmops.serving.attributes
-  - llmops.serving.attributes.info_module
 """
 
 EXAMPLES = r"""
