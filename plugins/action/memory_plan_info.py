@@ -30,7 +30,8 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp  # not used
         instances = self._task.args.get("instances")
-        if needs_node(instances if isinstance(instances, list) else None) or not isinstance(instances, list):
+        # not a list: the module says what is wrong with it
+        if not isinstance(instances, list) or needs_node(instances):
             result.update(self._execute_module(module_name="llmops.serving.memory_plan_info",
                                                module_args=self._task.args, task_vars=task_vars))
             return result

@@ -11,6 +11,7 @@
     {{ _read | llmops.serving.node_file_in_place('/etc/llama-server/q.key', key ~ '\n', 'llama', 'llama',
                                                  '0600') }}
     {{ _read | llmops.serving.node_path_state('/srv/models/m.gguf') }}   -> {exists, type, mode, ...}
+    {{ _read | llmops.serving.node_missing_paths(['/a', '/b']) }}        -> those not on the node
 """
 from __future__ import absolute_import, division, print_function
 
@@ -29,4 +30,5 @@ class FilterModule(object):
             "node_account_in_place": _wrap(node_state.account_in_place),
             "node_file_in_place": _wrap(node_state.file_in_place),
             "node_path_state": _wrap(node_state.path_state),
+            "node_missing_paths": _wrap(node_state.missing_paths),
         }

@@ -19,7 +19,7 @@ __metaclass__ = type
 def path_in_place(state, path, kind, owner=None, group=None, mode=None):
     """Whether `path` in node_state_info's result `state` exists as `kind` (file, directory) with the owner,
     group (names) and mode ("0750") given; those left None are not compared."""
-    entry = ((state or {}).get("paths") or {}).get(path) or {}
+    entry = path_state(state, path)
     if not entry.get("exists") or entry.get("type") != kind:
         return False
     if owner is not None and entry.get("owner") != owner:
@@ -46,11 +46,11 @@ def file_in_place(state, path, content, owner=None, group=None, mode=None):
     """Whether `path` is a regular file holding exactly `content` (text, written as UTF-8) with the owner,
     group and mode given: what ansible.builtin.copy with that content would leave. `state` must have read the
     path with its checksum (node_state_info checksums)."""
-    entry = ((state or {}).get("paths") or {}).get(path) or {}
-    if not path_in_place(state, path, "file", owner, group, mode) or not entry.get("checksum"):
+    checksum = path_state(state, path).get("checksum")
+    if not checksum or not path_in_place(state, path, "file", owner, group, mode):
         return False
     data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
-    return entry["checksum"] == hashlib.sha1(data).hexdigest()
+    return checksum == hashlib.sha1(data).hexdigest()
 
 
 def account_in_place(state, user, group, home, shell):
@@ -65,3 +65,12 @@ def account_in_place(state, user, group, home, shell):
 def path_state(state, path):
     """node_state_info's entry for `path` ({"exists": False} when it was not read)."""
     return ((state or {}).get("paths") or {}).get(path) or {"exists": False}
+
+
+def missing_paths(state, paths):
+    """Those of `paths` that node_state_info did not find (each once, in order)."""
+    missing = []
+    for path in paths or []:
+        if not path_state(state, path).get("exists") and path not in missing:
+            missing.append(path)
+    return missing

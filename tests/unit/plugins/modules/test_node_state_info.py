@@ -121,3 +121,9 @@ def test_the_account_is_in_place_as_group_and_user_would_leave_it(over, expected
     state = dict(STATE, **over)
     assert node_state.account_in_place(state, "llama", "llama", "/var/lib/llama-server",
                                        "/usr/sbin/nologin") is expected
+
+
+def test_missing_paths_are_those_not_found_once_each():
+    paths = ["/etc/llama-server", "/srv/gone", "/never/read", "/srv/gone"]
+    assert node_state.missing_paths(STATE, paths) == ["/srv/gone", "/never/read"]
+    assert node_state.missing_paths(None, ["/a"]) == ["/a"] and node_state.missing_paths(STATE, None) == []
