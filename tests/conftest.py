@@ -17,3 +17,14 @@ if ROOT not in sys.path:
 from ansible.plugins.loader import init_plugin_loader  # noqa: E402
 
 init_plugin_loader([COLLECTIONS])
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _own_fact_cache(tmp_path_factory, monkeypatch):
+    """Each test's playbooks get a fact cache of their own. ansible.cfg keeps one under ~/.cache for the
+    stages (a stage run alone reads what the earlier ones published); shared, the tests that run playbooks
+    on localhost would read each other's published facts (llmops_models, llmops_vllm, ...) in whatever order
+    the workers ran them, and the user's own cache would fill with test facts."""
+    monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(tmp_path_factory.mktemp("facts")))

@@ -12,6 +12,7 @@
                                                  '0600') }}
     {{ _read | llmops.serving.node_path_state('/srv/models/m.gguf') }}   -> {exists, type, mode, ...}
     {{ _read | llmops.serving.node_missing_paths(['/a', '/b']) }}        -> those not on the node
+    {{ _read | llmops.serving.node_disk_writes_left(llmops_disk_writes) }} -> the writes not on the node yet
 """
 from __future__ import absolute_import, division, print_function
 
@@ -31,4 +32,5 @@ class FilterModule(object):
             "node_file_in_place": _wrap(node_state.file_in_place),
             "node_path_state": _wrap(node_state.path_state),
             "node_missing_paths": _wrap(node_state.missing_paths),
+            "node_disk_writes_left": _wrap(node_state.writes_not_present),
         }

@@ -22,6 +22,7 @@ import re
 import struct
 import sys
 
+from ansible_collections.llmops.serving.plugins.module_utils import file_identity
 from ansible_collections.llmops.serving.plugins.module_utils.chat_template import chat_template_risks
 
 GGUF_MAGIC = b"GGUF"
@@ -418,7 +419,10 @@ def read_structure(path, limits=None):
         raise GGUFError("not a regular file", path=path)
     try:
         with open(path, "rb") as f:
-            return read_structure_from(f, st.st_size, path, limits)
+            result = read_structure_from(f, st.st_size, path, limits)
+            # the file that was read (a replaced or rewritten file has another: file_identity.py)
+            result["identity"] = file_identity.identity(os.fstat(f.fileno()))
+            return result
     except (IOError, OSError) as exc:
         raise GGUFError("cannot read: %s" % (exc.strerror or exc), path=path) from None
 
@@ -816,6 +820,8 @@ def summarize(struct_info, include_kv=False):
         "size": struct_info["file_size"],
     }
     info.update(tally_tensors(struct_info["tensors"], block_count))
+    if "identity" in struct_info:  # a local file (not a remote header)
+        info["identity"] = struct_info["identity"]
     if include_kv:
         info["kv"] = dict((k, _plain(v[1])) for k, v in kv.items())
     return _clean(info)

@@ -21,6 +21,7 @@ import os
 import re
 import time
 
+from ansible_collections.llmops.serving.plugins.module_utils.file_identity import identity, same_file
 from ansible_collections.llmops.serving.plugins.module_utils.safe_files import (
     hash_file,
     read_json,
@@ -48,15 +49,13 @@ def read_sidecar_record(final_path):
 
 
 def sidecar_matches_file(rec, path):
-    """Whether the record describes the file at path as it is now: size, mtime_ns, inode and ctime_ns
-    (ctime cannot be set by utime, so a rewritten file with a restored mtime does not match)."""
+    """Whether the record describes the file at path as it is now: a digest, and the stat identity it was
+    recorded with (file_identity.py: size, mtime_ns, inode, ctime_ns)."""
     try:
         st = os.stat(path)
     except OSError:
         return False
-    return (rec.get("size") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns
-            and rec.get("inode") == st.st_ino and rec.get("ctime_ns") == st.st_ctime_ns
-            and bool(rec.get("sha256")))
+    return same_file(rec, st) and bool(rec.get("sha256"))
 
 
 def recorded_sha256(path):
@@ -88,8 +87,8 @@ def write_sidecar_record(final_path, sha, _stat=None, **provenance):
     ``_stat``: the file's stat when the caller already has it (else os.stat)."""
     st = _stat if _stat is not None else os.stat(final_path)
     rec = dict(provenance)
-    rec.update({"version": SIDECAR_VERSION, "file": os.path.basename(final_path), "size": st.st_size,
-                "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino, "sha256": sha,
+    rec.update(identity(st))
+    rec.update({"version": SIDECAR_VERSION, "file": os.path.basename(final_path), "sha256": sha,
                 "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     write_json_atomic(sidecar_path(final_path), rec)
     return rec

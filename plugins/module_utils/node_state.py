@@ -9,7 +9,7 @@ A run that changes nothing asks the node once whether the accounts, directories 
 as the role would leave them (plugins/plugin_utils/node_state.py decides that on the controller), instead of
 one stat, group, user or file call each. Read-only.
 
-Plain Python 3.6, standard library only.
+Plain Python 3.6, standard library only (and file_identity.py).
 """
 from __future__ import absolute_import, division, print_function
 
@@ -18,6 +18,8 @@ import hashlib
 import os
 import pwd
 import stat
+
+from ansible_collections.llmops.serving.plugins.module_utils import file_identity
 
 __metaclass__ = type
 
@@ -41,7 +43,8 @@ def _name_of(lookup, number):
 def path_state(path):
     """{"exists": False} or exists, type (file, directory, link, other), mode ("0750"), uid, gid, owner,
     group (None where no account has that id), executable (a file, or a link to one, the caller may
-    execute, as ansible.builtin.stat's `executable`)."""
+    execute, as ansible.builtin.stat's `executable`), for a file its identity (file_identity.py), for a
+    link whether its target exists (as os.path.exists sees the link)."""
     try:
         st = os.lstat(path)
     except (OSError, ValueError):
@@ -54,10 +57,15 @@ def path_state(path):
         kind = "file"
     else:
         kind = "other"
-    return {"exists": True, "type": kind, "mode": "%04o" % stat.S_IMODE(st.st_mode), "uid": st.st_uid,
-            "gid": st.st_gid, "owner": _name_of(pwd.getpwuid, st.st_uid),
-            "group": _name_of(grp.getgrgid, st.st_gid),
-            "executable": os.access(path, os.X_OK) and os.path.isfile(path)}
+    found = {"exists": True, "type": kind, "mode": "%04o" % stat.S_IMODE(st.st_mode), "uid": st.st_uid,
+             "gid": st.st_gid, "owner": _name_of(pwd.getpwuid, st.st_uid),
+             "group": _name_of(grp.getgrgid, st.st_gid),
+             "executable": os.access(path, os.X_OK) and os.path.isfile(path)}
+    if kind == "file":
+        found["identity"] = file_identity.identity(st)
+    elif kind == "link":
+        found["target_exists"] = os.path.exists(path)
+    return found
 
 
 def file_checksum(path):

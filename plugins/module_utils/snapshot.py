@@ -57,6 +57,7 @@ import stat
 import threading
 import time
 
+from ansible_collections.llmops.serving.plugins.module_utils import file_identity
 from ansible_collections.llmops.serving.plugins.module_utils import snapshot_store as store
 from ansible_collections.llmops.serving.plugins.module_utils.download_http import Session
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (
@@ -377,7 +378,7 @@ def _verify_current(plan, progress):
         st = store.file_stat(snap, entry["path"])
         sha, sha1 = hash_pair(path, progress)
         if _good(entry, sha, sha1, st.st_size):
-            entry.update(store.identity(os.lstat(path)))
+            entry.update(file_identity.identity(os.lstat(path)))
             rehashed = True
         else:
             damaged.append((entry, sha))
@@ -394,7 +395,7 @@ def _restamp(snap, manifest, stat_again=True):
         for entry in manifest["files"]:
             st = store.file_stat(snap, entry["path"])
             if st is not None:
-                entry.update(store.identity(st))
+                entry.update(file_identity.identity(st))
     store.write_manifest(snap, manifest)
 
 
@@ -445,7 +446,8 @@ def _apply_build(plan, progress, t0, set_attributes):
             sha, sha1 = hash_pair(path, progress)
             stats["hashed"] += 1
             if _good(f, sha, sha1, st.st_size):
-                journal[f.path] = dict(store.identity(os.lstat(path)), sha256=sha, git_sha1=f.git_sha1)
+                journal[f.path] = dict(file_identity.identity(os.lstat(path)), sha256=sha,
+                                       git_sha1=f.git_sha1)
                 stats["resumed"] += f.size
             else:
                 q = store.quarantine_into(layout, path, f.path)
@@ -483,7 +485,7 @@ def _apply_build(plan, progress, t0, set_attributes):
     manifest = _manifest(plan, build, journal)
     _attributes(build, manifest, set_attributes)
     for entry in manifest["files"]:
-        entry.update(store.identity(store.file_stat(build, entry["path"])))
+        entry.update(file_identity.identity(store.file_stat(build, entry["path"])))
     store.write_manifest(build, manifest)
     store.fsync_tree(build)
     name = store.final_name(layout, ident)
@@ -546,7 +548,7 @@ def _link(plan, step, build, journal, progress):
     lst = os.lstat(dst)
     if (lst.st_dev, lst.st_ino) != (st.st_dev, st.st_ino):
         raise DownloadError("%s is not the file linked from %s (replaced meanwhile); rerun" % (dst, src))
-    journal[f.path] = dict(store.identity(lst), sha256=entry.get("sha256"), git_sha1=f.git_sha1)
+    journal[f.path] = dict(file_identity.identity(lst), sha256=entry.get("sha256"), git_sha1=f.git_sha1)
     progress.add(f.size)
     return True
 
@@ -706,7 +708,7 @@ class Fetcher:
             raise DownloadError("%s is not the file this run downloaded (replaced while renaming); rerun"
                                 % final)
         with self.jlock:
-            self.journal[f.path] = dict(store.identity(st), sha256=got, git_sha1=f.git_sha1)
+            self.journal[f.path] = dict(file_identity.identity(st), sha256=got, git_sha1=f.git_sha1)
             now = time.time()
             if now - self._journal_at >= JOURNAL_EVERY_S:
                 self._journal_at = now

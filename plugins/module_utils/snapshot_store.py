@@ -36,6 +36,7 @@ import tempfile
 import time
 
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import DownloadError
+from ansible_collections.llmops.serving.plugins.module_utils.file_identity import same_file
 from ansible_collections.llmops.serving.plugins.module_utils.safe_files import (
     discarded_on_failure,
     foreign_error,
@@ -156,16 +157,9 @@ def content_sha256(manifest_files):
     return h.hexdigest()
 
 
-def identity(st):
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino}
-
-
 def matches(entry, st):
-    """The manifest's fast path, the sidecar's rule: size, mtime_ns, inode and ctime_ns unchanged (ctime
-    cannot be set back, so a rewrite, touch, restored mtime, chmod or chown all miss)."""
-    return (st is not None and stat.S_ISREG(st.st_mode) and entry.get("size") == st.st_size
-            and entry.get("mtime_ns") == st.st_mtime_ns and entry.get("inode") == st.st_ino
-            and entry.get("ctime_ns") == st.st_ctime_ns and bool(entry.get("sha256")))
+    """The manifest's fast path: a file with a digest whose stat identity is unchanged (file_identity.py)."""
+    return same_file(entry, st) and bool(entry.get("sha256"))
 
 
 def file_stat(snap_dir, rel):

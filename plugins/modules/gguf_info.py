@@ -367,6 +367,16 @@ non_layer_tensors:
   returned: always
   type: dict
   sample: {"token_embd.weight": 1055129600, "output.weight": 1055129600, "output_norm.weight": 20480}
+identity:
+  description:
+    - The stat identity of the file that was read - size, mtime_ns, ctime_ns, inode (for a split set, of
+      the named part). Writing, touching, chmod/chown or replacing the file changes it (ctime cannot be set
+      back), so role model reuses this header on a later run only while M(llmops.serving.node_state_info)
+      reads the same identity.
+  returned: when O(path) is set
+  type: dict
+  sample: {"size": 19465310208, "mtime_ns": 1764633600000000000, "ctime_ns": 1764633600000000000,
+           "inode": 1310745}
 kv_count:
   description: Number of key/value pairs.
   returned: always

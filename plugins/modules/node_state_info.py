@@ -20,8 +20,8 @@ extends_documentation_fragment:
 version_added: "0.7.0"
 description:
   - Returns, for each path, what M(ansible.builtin.stat) would (links not followed) - whether it exists, its
-    type, mode, owner and group, whether it is an executable file; for each user what C(getent passwd) says
-    (uid, gid, primary group, home, shell); for each group its gid.
+    type, mode, owner and group, whether it is an executable file, and a file's stat identity; for each user
+    what C(getent passwd) says (uid, gid, primary group, home, shell); for each group its gid.
   - One module call for what a role would otherwise ask with one stat, group, user or file task each. Role
     serving reads its service account, key directory, models and engines this way and runs the tasks that
     change them only where something is not as they would leave it (a no-op run asks the node once).
@@ -74,7 +74,10 @@ RETURN = r"""
 paths:
   description: Path -> C({exists}) or C({exists, type, mode, uid, gid, owner, group, executable}), with
     C(checksum) (SHA-1, or null for what is not a regular file) for those in O(checksums); type is one of
-    V(file), V(directory), V(link), V(other); owner and group are null where no account has that id.
+    V(file), V(directory), V(link), V(other); owner and group are null where no account has that id. A
+    regular file also has C(identity) - C({size, mtime_ns, ctime_ns, inode}), what gguf_info records of the
+    file it read (a header read last run is reused while the identity is the same); a link has
+    C(target_exists) (whether what it points to exists).
   returned: success
   type: dict
   sample: {"/etc/llama-server": {"exists": true, "type": "directory", "mode": "0750", "uid": 0, "gid": 997,

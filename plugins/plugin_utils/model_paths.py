@@ -9,13 +9,15 @@
            in dest, or dest/config.json for a snapshot
 
 The role's per-model variables (_model_dest, _model_final_path) and preflight's one read of the node (every
-model's directory and file in one node_state_info call) both come from here.
+model's directory and file in one node_state_info call) both come from here; so does which models' GGUF
+headers preflight need not read again (unchanged_headers).
 """
 from __future__ import absolute_import, division, print_function
 
 import posixpath
 
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
+from ansible_collections.llmops.serving.plugins.plugin_utils.node_state import path_state
 
 __metaclass__ = type
 
@@ -33,4 +35,32 @@ def model_paths(models, model_dir):
             name = item["filename"] if "filename" in item else urlsplit(str(item.get("url") or "")).path
             final = "%s/%s" % (dest, posixpath.basename(str(name)))
         out.append({"name": item.get("name"), "dest": dest, "final": final})
+    return out
+
+
+def unchanged_headers(models, model_dir, state, recorded, keys):
+    """{name: header} of each single-file GGUF model whose header a past run recorded and whose file is the
+    same file now: what preflight would read from it again.
+
+    `state` is preflight's node_state_info read of the models' files (each file's stat identity), `recorded`
+    the llmops_models fact a past run of role model published (the fact cache: name -> {path, gguf}), `keys`
+    the header keys the stages read (a record from an older release that lacks one is read again). A model
+    counts when its record names the same file, the header carries every key and the identity of the file it
+    was read from (gguf_info `identity`), and the node's file has that identity now (file_identity.py:
+    size, mtime_ns, ctime_ns, inode - writing, touching, chmod/chown or replacing the file changes it).
+    Snapshots, split sets (the other parts are not read here) and headers read from the hub never count."""
+    out = {}
+    for item, where in zip(models or [], model_paths(models, model_dir), strict=True):
+        record = (recorded or {}).get(where["name"])
+        header = record.get("gguf") if isinstance(record, dict) else None
+        if item.get("snapshot") is True or not isinstance(header, dict):
+            continue
+        if record.get("path") != where["final"]:
+            continue
+        if header.get("split") or "remote" in header or any(key not in header for key in keys or []):
+            continue
+        seen = path_state(state, where["final"])
+        identity = header.get("identity")
+        if seen.get("type") == "file" and identity and seen.get("identity") == identity:
+            out[where["name"]] = header
     return out

@@ -13,6 +13,8 @@ from __future__ import absolute_import, division, print_function
 
 import hashlib
 
+from ansible_collections.llmops.serving.plugins.module_utils.disk_plan import split_present
+
 __metaclass__ = type
 
 
@@ -74,3 +76,14 @@ def missing_paths(state, paths):
         if not path_state(state, path).get("exists") and path not in missing:
             missing.append(path)
     return missing
+
+
+def writes_not_present(state, writes):
+    """The writes of a disk check (disk_space_info `writes`) that node_state_info's read does not show on the
+    node already: one whose unless_exists path the read found (a link: its target too, as the module's
+    os.path.exists sees it) is left out by the module's own rule (disk_plan.split_present). A path the read
+    did not cover counts: the module decides it."""
+    def exists(path):
+        entry = path_state(state, path)
+        return bool(entry.get("exists")) and (entry.get("type") != "link" or bool(entry.get("target_exists")))
+    return split_present(list(writes or []), exists=exists)[0]

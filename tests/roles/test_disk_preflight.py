@@ -66,7 +66,9 @@ def test_preflight_checks_the_disk_after_reading_the_model_sizes():
     tasks = load_yaml(PREFLIGHT)[0]["tasks"]
     order = [str(t.get("ansible.builtin.include_role", {}).get("tasks_from")
                  or next(k for k in t if k.startswith(("ansible.", "llmops.")))) for t in tasks]
-    assert order.index("headers") < order.index("disk") < order.index("llmops.serving.disk_space_info")
+    # the build's and the images' writes are counted before the models' read (which reads whether they are
+    # there already), the models' sizes after it, and the check weighs them all
+    assert order.index("disk") < order.index("headers") < order.index("llmops.serving.disk_space_info")
     check = tasks[order.index("llmops.serving.disk_space_info")]
     assert check["llmops.serving.disk_space_info"]["writes"] == "{{ llmops_disk_writes }}"
     assert check["check_mode"] is False

@@ -10,7 +10,7 @@ its own still reads what it needs:
 - the GPU host stage decides from the GPUs preflight read in the same run (no second nvidia-smi);
 - role serving reads the services once per run and again after it started or restarted a unit;
 - role model does not re-read the GGUF header of a file preflight read in the same run and the download left
-  as it was;
+  as it was, and preflight does not read the header of a file a past run read while it is the same file;
 - role llama_cpp publishes an installed build from the manifest llama_cpp_build_info already returned;
 - validate measures only what changed in site.yml, everything when playbooks/validate.yml runs alone.
 """
@@ -253,6 +253,67 @@ def test_a_model_already_on_the_node_is_checked_in_one_task_not_an_async_job(ove
     assert holds(templar, start["when"]) is (not on_node)
     # the same module arguments either way (one anchor)
     assert present["llmops.serving.model_download"] == start["llmops.serving.model_download"]
+
+
+IDENTITY = {"size": 4096, "mtime_ns": 1, "ctime_ns": 2, "inode": 3}
+PUBLISH_HEADERS = "Publish llmops_model_headers, and leave out of the disk check what is on the node already"
+
+
+@pytest.mark.parametrize("identity, reused", [(IDENTITY, True), (dict(IDENTITY, ctime_ns=5), False)])
+def test_preflight_reuses_the_header_a_past_run_recorded_for_the_same_file(identity, reused):
+    """Preflight (tasks/headers.yml) reads no model file whose identity is the one the header recorded in
+    llmops_models (the fact cache) was read from, publishes that header, and counts no write for it."""
+    variables = _model_vars()
+    keys = [k for k in variables["_model_gguf_keys"] if k not in ("remote", "split_set")]
+    header = dict({k: None for k in keys}, architecture="qwen35", block_count=4, chat_template_risks=[],
+                  identity=IDENTITY)
+    final = "/srv/models/tiny/tiny.gguf"
+    variables.update({"model_models": [MODEL], "llmops_models": {"tiny": {"path": final, "gguf": header}},
+                      "_model_node": {"paths": {final: {"exists": True, "type": "file",
+                                                        "identity": identity}}}})
+    variables.pop("llmops_model_headers")
+    templar = role_templar(os.path.join(ROOT, "roles", "model"), variables)
+    read = task("roles/model/tasks/headers.yml", "Read each model's GGUF header (on the node when it is "
+                "there, else from the hub with range requests)")
+    assert holds(templar, read["when"]) is (not reused)
+    fresh = dict(header, block_count=5, identity=identity)
+    variables.update({"_model_headers": {"results": [{"skipped": True, "_model_item": MODEL} if reused
+                                                     else dict(fresh, _model_item=MODEL, chat_template="x")]},
+                      "_model_snapshot_headers": {"results": [{"skipped": True, "_model_item": MODEL}]}})
+    templar = role_templar(os.path.join(ROOT, "roles", "model"), variables)
+    publish = task("roles/model/tasks/headers.yml", PUBLISH_HEADERS)
+    published = templar.template(publish["ansible.builtin.set_fact"]["llmops_model_headers"])
+    assert published == {"tiny": header if reused else fresh}
+    count = task("roles/model/tasks/headers.yml", "Count each model that is not on the node yet as a write "
+                 "for the disk check")
+    assert [r["_model_item"]["name"] for r in templar.template(count["loop"])] == ([] if reused else ["tiny"])
+
+
+@pytest.mark.parametrize("build_there, left", [(True, 0), (False, 1)])
+def test_preflight_checks_the_disk_only_when_something_is_left_to_write(build_there, left):
+    """The build's disk entry is counted before the models' read, which reads its unless_exists path too:
+    with the build there and no model to fetch, nothing is left and disk_space_info does not run."""
+    plays = load_yaml(os.path.join(ROOT, "playbooks", "preflight.yml"))
+    names = [t["name"] for t in plays[0]["tasks"]]
+    assert names.index("Count what the llama.cpp build writes (disk check)") < names.index(
+        "Read each model's GGUF header (on the node, or from the hub with range requests; nothing is "
+        "downloaded)")
+    current = "/opt/llama.cpp/current"
+    write = {"path": "/opt/llama.cpp", "what": "llama.cpp build", "bytes": 1, "unless_exists": current}
+    variables = _model_vars(model_models=[MODEL], llmops_disk_writes=[write], _model_headers={"results": []},
+                            _model_snapshot_headers={"results": []})
+    read = task("roles/model/tasks/headers.yml", "Look for the models directory and each model's directory "
+                "and file on the node")
+    templar = role_templar(os.path.join(ROOT, "roles", "model"), dict(variables, **read["vars"]))
+    assert current in templar.template(read["llmops.serving.node_state_info"]["paths"])
+    variables["_model_node"] = {"paths": {current: {"exists": build_there, "type": "link",
+                                                    "target_exists": build_there}}}
+    publish = task("roles/model/tasks/headers.yml", PUBLISH_HEADERS)
+    writes = role_templar(ROOT, variables).template(publish["ansible.builtin.set_fact"]["llmops_disk_writes"])
+    assert len(writes) == left
+    check = task("playbooks/preflight.yml", "Check the free space of each filesystem against what the run "
+                 "writes there")
+    assert holds(role_templar(ROOT, {"llmops_disk_writes": writes}), check["when"]) is bool(left)
 
 
 # --- role llama_cpp: the manifest it has -------------------------------------------------------------------

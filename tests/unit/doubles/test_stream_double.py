@@ -15,21 +15,31 @@ from tests.fixtures.stream_double import StreamDouble, timed_request
 BODY = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
 
-def test_chunks_paced_and_recorded():
+def _paced_run():
     with StreamDouble(chunks=4, first_delay=0.05, interval=0.03) as double:
         answer = timed_request(double.host, double.port, "/v1/chat/completions", BODY)
-    assert answer["status"] == 200 and answer["headers"]["Content-Type"] == "text/event-stream"
-    record = double.completions()[0]
-    writes = record["writes"]
-    assert len(writes) == 4 and len(answer["events"]) == 5  # and data: [DONE]
-    # on an absolute schedule (a late chunk does not shift the next ones): never early, late only by what a
-    # busy machine's scheduling adds
-    offsets = [w - record["received"] - (0.05 + i * 0.03) for i, w in enumerate(writes)]
-    assert all(-0.002 < offset < 0.5 for offset in offsets), offsets
-    # the client saw each chunk when it was written (loopback, no proxy)
-    delays = sorted(t - w for (t, _), w in zip(answer["events"][:4], writes, strict=True))
-    assert delays[0] > -0.002 and delays[1] < 0.05, delays  # the write time is taken just after the write
-    assert json.loads(answer["events"][0][1][6:])["choices"][0]["delta"]["content"] == " tok0"
+    return answer, double.completions()[0]
+
+
+def test_chunks_paced_and_recorded():
+    # Timing on a shared machine (CI runs this beside a compile): the loopback delay is the best of three
+    # runs. A double that buffered its chunks would be late in every run; scheduling is late now and then.
+    runs = [_paced_run() for _ in range(3)]
+    for answer, record in runs:
+        assert answer["status"] == 200 and answer["headers"]["Content-Type"] == "text/event-stream"
+        writes = record["writes"]
+        assert len(writes) == 4 and len(answer["events"]) == 5  # and data: [DONE]
+        # on an absolute schedule (a late chunk does not shift the next ones): never early, late only by what
+        # a busy machine's scheduling adds
+        offsets = [w - record["received"] - (0.05 + i * 0.03) for i, w in enumerate(writes)]
+        assert all(-0.002 < offset < 0.5 for offset in offsets), offsets
+        assert json.loads(answer["events"][0][1][6:])["choices"][0]["delta"]["content"] == " tok0"
+    # the client saw each chunk when it was written (loopback, no proxy); the write time is taken just after
+    # the write
+    delays = [sorted(t - w for (t, _), w in zip(answer["events"][:4], record["writes"], strict=True))
+              for answer, record in runs]
+    assert all(d[0] > -0.002 for d in delays), delays
+    assert min(d[1] for d in delays) < 0.05, delays
 
 
 def test_max_tokens_sets_the_chunks_and_plain_answers():

@@ -84,7 +84,7 @@ def gets(hub):
 
 
 def strip_path(info):
-    return dict((k, v) for k, v in info.items() if k not in ("path", "remote"))
+    return dict((k, v) for k, v in info.items() if k not in ("path", "remote", "identity"))
 
 
 # --- same facts as the local file -----------------------------------------------------------------------

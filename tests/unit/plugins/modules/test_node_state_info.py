@@ -45,6 +45,12 @@ def test_reads_paths_users_and_groups_in_one_call(tmp_path):
                                 "gid": os.getgid(), "owner": ME.pw_name, "group": MY_GROUP,
                                 "executable": False, "checksum": None}
     assert paths[str(key)]["checksum"] == hashlib.sha1(b"secret\n").hexdigest()
+    # a regular file carries its stat identity (what gguf_info records of the file it read); a link does not
+    st = os.stat(binary)
+    assert paths[str(binary)]["identity"] == {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                              "ctime_ns": st.st_ctime_ns, "inode": st.st_ino}
+    assert "identity" not in paths[str(tmp_path / "link")] and "identity" not in paths[str(home)]
+    assert paths[str(tmp_path / "link")]["target_exists"] is True
     assert paths[str(key)]["mode"] == "0600" and paths[str(key)]["type"] == "file"
     assert paths[str(binary)]["executable"] is True and "checksum" not in paths[str(binary)]
     # a link is reported as a link (not followed), executable as stat says of its target
@@ -127,3 +133,29 @@ def test_missing_paths_are_those_not_found_once_each():
     paths = ["/etc/llama-server", "/srv/gone", "/never/read", "/srv/gone"]
     assert node_state.missing_paths(STATE, paths) == ["/srv/gone", "/never/read"]
     assert node_state.missing_paths(None, ["/a"]) == ["/a"] and node_state.missing_paths(STATE, None) == []
+
+
+def test_a_dangling_link_says_its_target_is_gone(tmp_path):
+    (tmp_path / "current").symlink_to(tmp_path / "builds" / "b1")
+    result = run_module_file(tmp_path, "node_state_info", {"paths": [str(tmp_path / "current")]})
+    assert result["paths"][str(tmp_path / "current")]["target_exists"] is False
+
+
+# what a disk check still has to weigh once the node has been read (preflight: nothing left, no call)
+BUILD = {"path": "/opt", "what": "llama.cpp build", "bytes": 10, "unless_exists": "/opt/llama.cpp/current"}
+CCACHE = {"path": "/var/cache", "what": "ccache", "size": "5G", "unless_exists": "/var/cache/ccache"}
+MODEL = {"path": "/srv/models/q", "what": "model q", "bytes": 20}
+
+
+@pytest.mark.parametrize("paths, left", [
+    ({"/opt/llama.cpp/current": {"exists": True, "type": "link", "target_exists": True},
+      "/var/cache/ccache": {"exists": True, "type": "directory"}}, [MODEL]),
+    # a link whose build is gone counts, as os.path.exists sees it on the node
+    ({"/opt/llama.cpp/current": {"exists": True, "type": "link", "target_exists": False},
+      "/var/cache/ccache": {"exists": True, "type": "directory"}}, [BUILD, MODEL]),
+    ({"/opt/llama.cpp/current": {"exists": False}}, [BUILD, CCACHE, MODEL]),   # ccache not read: counted
+    ({}, [BUILD, CCACHE, MODEL]),
+])
+def test_writes_left_are_those_the_read_does_not_show_on_the_node(paths, left):
+    assert node_state.writes_not_present({"paths": paths}, [BUILD, CCACHE, MODEL]) == left
+    assert node_state.writes_not_present({"paths": paths}, []) == []

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from plugins.plugin_utils.model_paths import model_paths
+from plugins.plugin_utils.model_paths import model_paths, unchanged_headers
 from tests.helpers import ROOT, load_yaml, role_templar
 
 
@@ -26,3 +26,57 @@ def test_where_each_model_goes(item, dest, final):
     templar = role_templar(os.path.join(ROOT, "roles", "model"), variables)
     assert templar.template("{{ _model_dest }}") == dest
     assert templar.template("{{ _model_final_path }}") == final
+
+
+# --- which headers preflight need not read again (unchanged_headers) ----------------------------------------
+
+IDENTITY = {"size": 4096, "mtime_ns": 1, "ctime_ns": 2, "inode": 3}
+KEYS = ["architecture", "block_count", "identity"]
+Q = {"name": "q", "repo": "o/r", "filename": "q.gguf"}
+FINAL = "/m/q/q.gguf"
+HEADER = {"architecture": "qwen35", "block_count": 4, "split": None, "identity": IDENTITY}
+
+
+def _node(entry):
+    return {"paths": {FINAL: entry}}
+
+
+@pytest.mark.parametrize("models, node, recorded, reused", [
+    ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}),
+     {"q": {"path": FINAL, "gguf": HEADER}}, True),
+    # the file changed (any field of its identity), is gone, or is a link now
+    ([Q], _node({"exists": True, "type": "file", "identity": dict(IDENTITY, ctime_ns=9)}),
+     {"q": {"path": FINAL, "gguf": HEADER}}, False),
+    ([Q], _node({"exists": False}), {"q": {"path": FINAL, "gguf": HEADER}}, False),
+    ([Q], _node({"exists": True, "type": "link"}), {"q": {"path": FINAL, "gguf": HEADER}}, False),
+    ([Q], {}, {"q": {"path": FINAL, "gguf": HEADER}}, False),                         # no read in this run
+    # nothing recorded (no fact cache, a first run), or a record of another file or from an older release
+    ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}), {}, False),
+    ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}),
+     {"q": {"path": "/m/q/old.gguf", "gguf": HEADER}}, False),
+    ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}),
+     {"q": {"path": FINAL, "gguf": {k: v for k, v in HEADER.items() if k != "identity"}}}, False),
+    ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}),
+     {"q": {"path": FINAL, "gguf": {k: v for k, v in HEADER.items() if k != "block_count"}}}, False),
+    ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}), {"q": {"path": FINAL, "gguf": {}}},
+     False),
+    ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}), {"q": "garbage"}, False),
+    # a split set (its other parts are not read here), a header from the hub, a snapshot
+    ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}),
+     {"q": {"path": FINAL, "gguf": dict(HEADER, split={"count": 2})}}, False),
+    ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}),
+     {"q": {"path": FINAL, "gguf": dict(HEADER, remote={"url": "http://hub"})}}, False),
+    ([dict(Q, snapshot=True)], {"paths": {"/m/q/config.json": {"exists": True, "type": "file",
+                                                               "identity": IDENTITY}}},
+     {"q": {"path": "/m/q/config.json", "gguf": HEADER}}, False),
+])
+def test_a_header_is_reused_only_for_the_same_unchanged_file(models, node, recorded, reused):
+    assert unchanged_headers(models, "/m", node, recorded, KEYS) == ({"q": HEADER} if reused else {})
+
+
+def test_each_model_is_decided_on_its_own():
+    other = {"name": "o", "url": "https://h/o.gguf"}
+    node = {"paths": {FINAL: {"exists": True, "type": "file", "identity": IDENTITY},
+                      "/m/o/o.gguf": {"exists": True, "type": "file", "identity": dict(IDENTITY, inode=4)}}}
+    recorded = {"q": {"path": FINAL, "gguf": HEADER}, "o": {"path": "/m/o/o.gguf", "gguf": HEADER}}
+    assert unchanged_headers([Q, other], "/m", node, recorded, KEYS) == {"q": HEADER}
