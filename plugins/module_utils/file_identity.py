@@ -21,6 +21,14 @@ __metaclass__ = type
 
 FIELDS = ("size", "mtime_ns", "ctime_ns", "inode")
 
+# How recent a change may be and still hide a second one: file times advance a granule at a time, so a file
+# written again within the granule of its last change keeps its identity (git's "racily clean" rule).
+# A filesystem that keeps sub-second times (XFS, ext4, btrfs: the kernel's clock tick, a few milliseconds)
+# needs a tenth of a second; one whose times are whole seconds (ext3, some NFS servers) needs the second.
+# An NFS server whose clock runs behind the node's is not covered.
+SETTLED_FINE_S = 0.1
+SETTLED_WHOLE_S = 1.0
+
 
 def identity(st):
     """{size, mtime_ns, ctime_ns, inode} of an os.stat_result."""
@@ -33,3 +41,11 @@ def same_file(record, st):
     if st is None or not stat.S_ISREG(st.st_mode) or not isinstance(record, dict):
         return False
     return all(record.get(name) is not None for name in FIELDS) and record == dict(record, **identity(st))
+
+
+def settled(st, now):
+    """Whether the last change of the file `st` describes (its ctime) is old enough at `now` (time.time())
+    that any later change must give the file another identity. A ctime of a whole second may come from a
+    filesystem with one-second times: it needs SETTLED_WHOLE_S, others SETTLED_FINE_S."""
+    margin = SETTLED_WHOLE_S if st.st_ctime_ns % 1000000000 == 0 else SETTLED_FINE_S
+    return st.st_ctime_ns < (now - margin) * 1e9

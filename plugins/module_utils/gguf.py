@@ -21,6 +21,7 @@ import os
 import re
 import struct
 import sys
+import time
 
 from ansible_collections.llmops.serving.plugins.module_utils import file_identity
 from ansible_collections.llmops.serving.plugins.module_utils.chat_template import chat_template_risks
@@ -31,6 +32,10 @@ DEFAULT_ALIGNMENT = 32
 GGML_MAX_NAME = 64        # llama.cpp: tensor names must be shorter than this
 LLAMA_MAX_LAYERS = 512    # llama.cpp src/llama-hparams.h: the most blocks a model it loads can have
 INT64_MAX = (1 << 63) - 1
+# What summarize() computes from a header, as a version: role model reuses a header recorded by a past run
+# (llmops_models in the fact cache) only when it was computed by this version. Bump it with any change to
+# what summarize(), chat_template_risks(), layer_layout() or DEFAULT_LIMITS make of the same bytes.
+SUMMARY_VERSION = 1
 
 # Hard limits, all configurable. llama.cpp's own caps are far higher (1 GiB strings, 2^30 elements); these
 # are sane for real models: a 671B MoE has < 2000 tensors and ~60 keys; a 256k vocab is < 2^18 tokens. The
@@ -419,12 +424,17 @@ def read_structure(path, limits=None):
         raise GGUFError("not a regular file", path=path)
     try:
         with open(path, "rb") as f:
+            started = time.time()
+            before = os.fstat(f.fileno())
             result = read_structure_from(f, st.st_size, path, limits)
-            # the file that was read (a replaced or rewritten file has another: file_identity.py)
-            result["identity"] = file_identity.identity(os.fstat(f.fileno()))
-            return result
+            identity = file_identity.identity(os.fstat(f.fileno()))
     except (IOError, OSError) as exc:
         raise GGUFError("cannot read: %s" % (exc.strerror or exc), path=path) from None
+    # The identity of the bytes read (file_identity.py), for a later run to know the file unchanged: only when
+    # nothing changed the file while it was read and its last change is settled (file_identity.settled).
+    if identity == file_identity.identity(before) and file_identity.settled(before, started):
+        result["identity"] = identity
+    return result
 
 
 def read_structure_from(source, size, name, limits=None):
@@ -820,8 +830,9 @@ def summarize(struct_info, include_kv=False):
         "size": struct_info["file_size"],
     }
     info.update(tally_tensors(struct_info["tensors"], block_count))
-    if "identity" in struct_info:  # a local file (not a remote header)
+    if "identity" in struct_info:  # a local file (not a remote header) not changed lately
         info["identity"] = struct_info["identity"]
+    info["summary_version"] = SUMMARY_VERSION
     if include_kv:
         info["kv"] = dict((k, _plain(v[1])) for k, v in kv.items())
     return _clean(info)

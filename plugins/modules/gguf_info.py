@@ -371,12 +371,21 @@ identity:
   description:
     - The stat identity of the file that was read - size, mtime_ns, ctime_ns, inode (for a split set, of
       the named part). Writing, touching, chmod/chown or replacing the file changes it (ctime cannot be set
-      back), so role model reuses this header on a later run only while M(llmops.serving.node_state_info)
-      reads the same identity.
-  returned: when O(path) is set
+      back short of stepping the clock), so role model reuses the header of a single-file model on a later
+      run only while M(llmops.serving.node_state_info) reads the same identity.
+    - Left out when the file changed while it was read or less than a second before (it could change again
+      within the same timestamp granule without its identity changing).
+  returned: when O(path) is set and the file had not changed in the second before it was read
   type: dict
   sample: {"size": 19465310208, "mtime_ns": 1764633600000000000, "ctime_ns": 1764633600000000000,
            "inode": 1310745}
+summary_version:
+  description:
+    - The version of what this reader makes of a header (the summary, the chat-template scan, the layer
+      layout). Role model reuses a header recorded by a past run only when it carries the same version.
+  returned: always
+  type: int
+  sample: 1
 kv_count:
   description: Number of key/value pairs.
   returned: always

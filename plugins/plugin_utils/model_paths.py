@@ -17,6 +17,7 @@ from __future__ import absolute_import, division, print_function
 import posixpath
 
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
+from ansible_collections.llmops.serving.plugins.module_utils.gguf import SUMMARY_VERSION
 from ansible_collections.llmops.serving.plugins.plugin_utils.node_state import path_state
 
 __metaclass__ = type
@@ -29,6 +30,8 @@ def model_paths(models, model_dir):
         dest = item.get("dest")
         if not (isinstance(dest, str) and posixpath.isabs(dest)):
             dest = "%s/%s" % (model_dir, dest if "dest" in item else item.get("name"))
+        # as model_download names them (os.path.abspath): model_dir "/srv/models/" is the same directory
+        dest = posixpath.normpath(dest)
         if item.get("snapshot") is True:
             final = dest + "/config.json"
         else:
@@ -44,20 +47,24 @@ def unchanged_headers(models, model_dir, state, recorded, keys):
 
     `state` is preflight's node_state_info read of the models' files (each file's stat identity), `recorded`
     the llmops_models fact a past run of role model published (the fact cache: name -> {path, gguf}), `keys`
-    the header keys the stages read (a record from an older release that lacks one is read again). A model
-    counts when its record names the same file, the header carries every key and the identity of the file it
-    was read from (gguf_info `identity`), and the node's file has that identity now (file_identity.py:
-    size, mtime_ns, ctime_ns, inode - writing, touching, chmod/chown or replacing the file changes it).
-    Snapshots, split sets (the other parts are not read here) and headers read from the hub never count."""
+    the header keys the stages read. A model counts when its record names the same file, the header was
+    computed by this release's reader (gguf.SUMMARY_VERSION: a newer chat-template scan or layer layout reads
+    the file again) and carries every key and the identity of the file it was read from (gguf_info
+    `identity`), and the node's file has that identity now (file_identity.py: size, mtime_ns, ctime_ns, inode -
+    writing, touching, chmod/chown or replacing the file changes it). Snapshots, split sets (the other parts
+    are not read here) and headers read from the hub never count."""
     out = {}
+    recorded = recorded if isinstance(recorded, dict) else {}
     for item, where in zip(models or [], model_paths(models, model_dir), strict=True):
-        record = (recorded or {}).get(where["name"])
+        record = recorded.get(where["name"])
         header = record.get("gguf") if isinstance(record, dict) else None
         if item.get("snapshot") is True or not isinstance(header, dict):
             continue
         if record.get("path") != where["final"]:
             continue
-        if header.get("split") or "remote" in header or any(key not in header for key in keys or []):
+        if header.get("split") or "remote" in header or header.get("summary_version") != SUMMARY_VERSION:
+            continue
+        if any(key not in header for key in keys or []):
             continue
         seen = path_state(state, where["final"])
         identity = header.get("identity")

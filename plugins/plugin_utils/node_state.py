@@ -84,6 +84,8 @@ def writes_not_present(state, writes):
     os.path.exists sees it) is left out by the module's own rule (disk_plan.split_present). A path the read
     did not cover counts: the module decides it."""
     def exists(path):
+        if not (isinstance(path, str) and path.startswith("/")):
+            return False  # counted: disk_space_info refuses it, saying why
         entry = path_state(state, path)
         return bool(entry.get("exists")) and (entry.get("type") != "link" or bool(entry.get("target_exists")))
     return split_present(list(writes or []), exists=exists)[0]

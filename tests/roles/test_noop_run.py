@@ -14,12 +14,15 @@ its own still reads what it needs:
 - role llama_cpp publishes an installed build from the manifest llama_cpp_build_info already returned;
 - validate measures only what changed in site.yml, everything when playbooks/validate.yml runs alone.
 """
+import json
 import os
 import re
 import sys
+import time
 
 import pytest
 
+from plugins.module_utils.gguf import SUMMARY_VERSION
 from tests.helpers import ROOT, load_yaml, role_templar, run_local_playbook
 
 STAGES = ("gpu_host", "build", "models", "serve")
@@ -259,14 +262,19 @@ IDENTITY = {"size": 4096, "mtime_ns": 1, "ctime_ns": 2, "inode": 3}
 PUBLISH_HEADERS = "Publish llmops_model_headers, and leave out of the disk check what is on the node already"
 
 
-@pytest.mark.parametrize("identity, reused", [(IDENTITY, True), (dict(IDENTITY, ctime_ns=5), False)])
-def test_preflight_reuses_the_header_a_past_run_recorded_for_the_same_file(identity, reused):
+@pytest.mark.parametrize("identity, over, reused", [
+    (IDENTITY, {}, True),
+    (dict(IDENTITY, ctime_ns=5), {}, False),                  # changed since
+    (IDENTITY, {"model_force_verify": True}, False),          # asked to check every file again
+    (IDENTITY, {"model_update": True}, False),
+])
+def test_preflight_reuses_the_header_a_past_run_recorded_for_the_same_file(identity, over, reused):
     """Preflight (tasks/headers.yml) reads no model file whose identity is the one the header recorded in
-    llmops_models (the fact cache) was read from, publishes that header, and counts no write for it."""
-    variables = _model_vars()
+    llmops_models (the fact cache) was read from, and publishes that header."""
+    variables = _model_vars(**over)
     keys = [k for k in variables["_model_gguf_keys"] if k not in ("remote", "split_set")]
     header = dict({k: None for k in keys}, architecture="qwen35", block_count=4, chat_template_risks=[],
-                  identity=IDENTITY)
+                  identity=IDENTITY, summary_version=SUMMARY_VERSION)
     final = "/srv/models/tiny/tiny.gguf"
     variables.update({"model_models": [MODEL], "llmops_models": {"tiny": {"path": final, "gguf": header}},
                       "_model_node": {"paths": {final: {"exists": True, "type": "file",
@@ -284,9 +292,71 @@ def test_preflight_reuses_the_header_a_past_run_recorded_for_the_same_file(ident
     publish = task("roles/model/tasks/headers.yml", PUBLISH_HEADERS)
     published = templar.template(publish["ansible.builtin.set_fact"]["llmops_model_headers"])
     assert published == {"tiny": header if reused else fresh}
+    # a model whose every read was skipped is no loop item of the disk count (not an undefined one)
     count = task("roles/model/tasks/headers.yml", "Count each model that is not on the node yet as a write "
                  "for the disk check")
     assert [r["_model_item"]["name"] for r in templar.template(count["loop"])] == ([] if reused else ["tiny"])
+
+
+def _preflight_models(tmp_path, cache):
+    """Preflight's model part for real on localhost (role model's `headers` entry point, then the disk check
+    as preflight.yml runs it), and the record the model stage makes of the header (cacheable, as
+    tasks/main.yml publishes llmops_models) into the fact cache `cache`. Returns how many headers it read
+    and whether the disk check ran."""
+    final = tmp_path / "models" / "tiny" / "tiny.gguf"
+    play = tmp_path / "play.yml"
+    check = task("playbooks/preflight.yml", "Check the free space of each filesystem against what the run "
+                 "writes there")
+    play.write_text(json.dumps([{"hosts": "localhost", "connection": "local", "gather_facts": False, "vars": {
+        "model_dir": str(tmp_path / "models"),
+        "model_models": [{"name": "tiny", "url": "http://127.0.0.1:9/tiny.gguf"}],
+        "llmops_disk_writes": []}, "tasks": [
+            {"ansible.builtin.include_role": {"name": "llmops.serving.model", "tasks_from": "headers"}},
+            {"name": "disk", "llmops.serving.disk_space_info": {"writes": "{{ llmops_disk_writes }}"},
+             "register": "disk", "when": check["when"]},
+            {"ansible.builtin.set_fact": {"cacheable": True, "llmops_models": {
+                "tiny": {"path": str(final), "gguf": "{{ llmops_model_headers.tiny }}"}}}},
+            {"ansible.builtin.debug": {"msg": "READ={{ _model_headers.results | rejectattr('skipped', 'true') "
+                                              "| list | length }} DISK={{ disk is not skipped }} "
+                                              "ARCH={{ llmops_model_headers.tiny.architecture }}"}}]}]))
+    proc, recap = run_local_playbook(play, "", extra_env={"ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+                                                          "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(cache)})
+    assert proc.returncode == 0 and recap["failed"] == 0, proc.stdout + proc.stderr
+    found = re.search(r"READ=(\d) DISK=(\w+) ARCH=(\w+)", proc.stdout)
+    assert found and found.group(3) == "qwen35", proc.stdout
+    return int(found.group(1)), found.group(2) == "True"
+
+
+def test_a_second_preflight_reads_no_model_file_until_the_file_changes(tmp_path):
+    """For real, with a fact cache: the first run reads the header, the second reads none (the same file),
+    and a chmod (ctime) makes the next one read it again. Nothing left to write: no disk check either."""
+    from tests.fixtures.gguf.builder import tiny_qwen35
+
+    final = tmp_path / "models" / "tiny" / "tiny.gguf"
+    final.parent.mkdir(parents=True)
+    final.write_bytes(tiny_qwen35().build().data)
+    time.sleep(1.1)  # older than a timestamp granule (file_identity.settled): its identity is recorded
+    cache = tmp_path / "facts"
+    assert _preflight_models(tmp_path, cache) == (1, False)
+    assert _preflight_models(tmp_path, cache) == (0, False)
+    final.chmod(0o600)
+    assert _preflight_models(tmp_path, cache) == (1, False)
+
+
+def test_preflight_plans_memory_from_this_run_s_headers_not_a_past_run_s_models():
+    """In preflight, llmops_models is a past run's (the fact cache): a model replaced under the same file name
+    since would be planned with the old file's sizes. Preflight's plan reads this run's headers only."""
+    plays = load_yaml(os.path.join(ROOT, "playbooks", "preflight.yml"))
+    include = next(t for t in plays[0]["tasks"]
+                   if t.get("ansible.builtin.include_role", {}).get("tasks_from") == "memory_plan")
+    assert include["vars"] == {"_serving_memory_models": {}}
+    gather = task("roles/serving/tasks/memory_plan.yml", "Gather what the planner needs for each instance "
+                  "(merged settings, model metadata, GPUs in order)")
+    assert "models=_serving_memory_models," in gather["ansible.builtin.set_fact"]["_serving_memory_inputs"]
+    variables = load_yaml(os.path.join(ROOT, "roles", "serving", "vars", "main.yml"))
+    variables["llmops_models"] = {"q": {"path": "/m/q.gguf"}}
+    # the serve stage (plan.yml imports memory_plan.yml) reads what role model published in this run
+    assert role_templar(ROOT, variables).template("{{ _serving_memory_models }}") == variables["llmops_models"]
 
 
 @pytest.mark.parametrize("build_there, left", [(True, 0), (False, 1)])
@@ -307,10 +377,21 @@ def test_preflight_checks_the_disk_only_when_something_is_left_to_write(build_th
     templar = role_templar(os.path.join(ROOT, "roles", "model"), dict(variables, **read["vars"]))
     assert current in templar.template(read["llmops.serving.node_state_info"]["paths"])
     variables["_model_node"] = {"paths": {current: {"exists": build_there, "type": "link",
-                                                    "target_exists": build_there}}}
+                                                    "target_exists": build_there},
+                                          "/srv/models/tiny/tiny.gguf": {"exists": True, "type": "file"}}}
     publish = task("roles/model/tasks/headers.yml", PUBLISH_HEADERS)
     writes = role_templar(ROOT, variables).template(publish["ansible.builtin.set_fact"]["llmops_disk_writes"])
     assert len(writes) == left
+    # the model is on the node (seen by the same read): it adds no write
+    count = task("roles/model/tasks/headers.yml", "Count each model that is not on the node yet as a write "
+                 "for the disk check")
+    variables.update({"llmops_disk_writes": writes,
+                      "_model_headers": {"results": [dict(HEADER, _model_item=MODEL)]},
+                      "_model_snapshot_headers": {"results": [{"skipped": True, "_model_item": MODEL}]}})
+    templar = role_templar(os.path.join(ROOT, "roles", "model"), variables)
+    items = templar.template(count["loop"])
+    assert len(items) == 1 and not holds(role_templar(os.path.join(ROOT, "roles", "model"),
+                                                      dict(variables, _model_result=items[0])), count["when"])
     check = task("playbooks/preflight.yml", "Check the free space of each filesystem against what the run "
                  "writes there")
     assert holds(role_templar(ROOT, {"llmops_disk_writes": writes}), check["when"]) is bool(left)

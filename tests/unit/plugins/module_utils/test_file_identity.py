@@ -61,16 +61,61 @@ def test_unchanged_file_matches_and_nothing_else_does(tmp_path):
     assert not file_identity.same_file("not a record", os.stat(path))
 
 
-def test_gguf_records_the_identity_of_the_file_it_read(tmp_path):
+class _Later(object):
+    """gguf's clock, `seconds` ahead: the file was written that long before the read."""
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def time(self):
+        return time.time() + self.seconds
+
+
+class _At(object):
+    """gguf's clock, stopped at `when`."""
+    def __init__(self, when):
+        self.when = when
+
+    def time(self):
+        return self.when
+
+
+def test_gguf_records_the_identity_of_the_file_it_read(tmp_path, monkeypatch):
     path = _model(tmp_path)
+    monkeypatch.setattr(gguf, "time", _Later(file_identity.SETTLED_WHOLE_S + 1))
     info = gguf.inspect(str(path))
     assert info["identity"] == file_identity.identity(os.stat(path))
+    assert info["summary_version"] == gguf.SUMMARY_VERSION
     os.chmod(path, 0o600)
     assert not file_identity.same_file(info["identity"], os.stat(path))
 
 
-def test_the_sidecar_and_the_header_use_the_same_identity(tmp_path):
+def test_a_file_changed_just_before_its_read_gets_no_identity(tmp_path, monkeypatch):
+    """Within the same timestamp granule a second write would keep the identity: such a read records none,
+    so a later run reads the file again rather than trust a header of bytes that may be gone."""
     path = _model(tmp_path)
+    changed = os.stat(path).st_ctime_ns / 1e9
+    monkeypatch.setattr(gguf, "time", _At(changed + 0.05))     # read 50 ms after the write
+    assert "identity" not in gguf.inspect(str(path))
+    monkeypatch.setattr(gguf, "time", _At(changed + file_identity.SETTLED_WHOLE_S + 0.1))
+    assert "identity" in gguf.inspect(str(path))
+
+
+class _Stat(object):
+    def __init__(self, ctime_ns):
+        self.st_ctime_ns = ctime_ns
+
+
+@pytest.mark.parametrize("ctime_s, now_s, settled", [
+    (100.5, 100.55, False), (100.5, 100.7, True),              # sub-second times: a tenth of a second
+    (100.0, 100.5, False), (100.0, 101.0, False), (100.0, 101.01, True),   # whole seconds: the second
+])
+def test_a_change_is_settled_after_its_timestamp_granule(ctime_s, now_s, settled):
+    assert file_identity.settled(_Stat(int(ctime_s * 1e9)), now_s) is settled
+
+
+def test_the_sidecar_and_the_header_use_the_same_identity(tmp_path, monkeypatch):
+    path = _model(tmp_path)
+    monkeypatch.setattr(gguf, "time", _Later(file_identity.SETTLED_WHOLE_S + 1))
     record = model_sidecar.write_sidecar_record(str(path), "0" * 64)
     assert {k: record[k] for k in file_identity.FIELDS} == gguf.inspect(str(path))["identity"]
     assert model_sidecar.sidecar_matches_file(record, str(path))

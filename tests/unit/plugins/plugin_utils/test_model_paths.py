@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from plugins.module_utils.gguf import SUMMARY_VERSION
 from plugins.plugin_utils.model_paths import model_paths, unchanged_headers
 from tests.helpers import ROOT, load_yaml, role_templar
 
@@ -34,7 +35,8 @@ IDENTITY = {"size": 4096, "mtime_ns": 1, "ctime_ns": 2, "inode": 3}
 KEYS = ["architecture", "block_count", "identity"]
 Q = {"name": "q", "repo": "o/r", "filename": "q.gguf"}
 FINAL = "/m/q/q.gguf"
-HEADER = {"architecture": "qwen35", "block_count": 4, "split": None, "identity": IDENTITY}
+HEADER = {"architecture": "qwen35", "block_count": 4, "split": None, "identity": IDENTITY,
+          "summary_version": SUMMARY_VERSION}
 
 
 def _node(entry):
@@ -61,6 +63,12 @@ def _node(entry):
     ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}), {"q": {"path": FINAL, "gguf": {}}},
      False),
     ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}), {"q": "garbage"}, False),
+    ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}), "garbage", False),
+    # made by another release's reader (a newer chat-template scan, layer layout): read again
+    ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}),
+     {"q": {"path": FINAL, "gguf": dict(HEADER, summary_version=SUMMARY_VERSION - 1)}}, False),
+    ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}),
+     {"q": {"path": FINAL, "gguf": {k: v for k, v in HEADER.items() if k != "summary_version"}}}, False),
     # a split set (its other parts are not read here), a header from the hub, a snapshot
     ([Q], _node({"exists": True, "type": "file", "identity": IDENTITY}),
      {"q": {"path": FINAL, "gguf": dict(HEADER, split={"count": 2})}}, False),
@@ -72,6 +80,13 @@ def _node(entry):
 ])
 def test_a_header_is_reused_only_for_the_same_unchanged_file(models, node, recorded, reused):
     assert unchanged_headers(models, "/m", node, recorded, KEYS) == ({"q": HEADER} if reused else {})
+
+
+def test_model_dir_with_a_trailing_slash_names_the_same_files():
+    """model_download names its file with os.path.abspath: the record's path and this rule agree."""
+    assert model_paths([Q], "/m/") == model_paths([Q], "/m") == [{"name": "q", "dest": "/m/q", "final": FINAL}]
+    node = _node({"exists": True, "type": "file", "identity": IDENTITY})
+    assert unchanged_headers([Q], "/m/", node, {"q": {"path": FINAL, "gguf": HEADER}}, KEYS) == {"q": HEADER}
 
 
 def test_each_model_is_decided_on_its_own():
