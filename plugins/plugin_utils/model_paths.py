@@ -50,9 +50,9 @@ def unchanged_headers(models, model_dir, state, recorded, keys):
     the header keys the stages read. A model counts when its record names the same file, the header was
     computed by this release's reader (gguf.SUMMARY_VERSION: a newer chat-template scan or layer layout reads
     the file again) and carries every key and the identity of the file it was read from (gguf_info
-    `identity`), and the node's file has that identity now (file_identity.py: size, mtime_ns, ctime_ns, inode -
-    writing, touching, chmod/chown or replacing the file changes it). Snapshots, split sets (the other parts
-    are not read here) and headers read from the hub never count."""
+    `identity`), and the node's file has that identity now (file_identity.py: size, mtime_ns, ctime_ns,
+    inode - writing, touching, chmod/chown or replacing the file changes it). Snapshots, split sets (the
+    other parts are not read here) and headers read from the hub never count."""
     out = {}
     recorded = recorded if isinstance(recorded, dict) else {}
     for item, where in zip(models or [], model_paths(models, model_dir), strict=True):

@@ -316,8 +316,9 @@ def _preflight_models(tmp_path, cache):
              "register": "disk", "when": check["when"]},
             {"ansible.builtin.set_fact": {"cacheable": True, "llmops_models": {
                 "tiny": {"path": str(final), "gguf": "{{ llmops_model_headers.tiny }}"}}}},
-            {"ansible.builtin.debug": {"msg": "READ={{ _model_headers.results | rejectattr('skipped', 'true') "
-                                              "| list | length }} DISK={{ disk is not skipped }} "
+            {"ansible.builtin.debug": {"msg": "READ={{ _model_headers.results "
+                                              "| rejectattr('skipped', 'true') | list | length }} "
+                                              "DISK={{ disk is not skipped }} "
                                               "ARCH={{ llmops_model_headers.tiny.architecture }}"}}]}]))
     proc, recap = run_local_playbook(play, "", extra_env={"ANSIBLE_PYTHON_INTERPRETER": sys.executable,
                                                           "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(cache)})
@@ -356,7 +357,8 @@ def test_preflight_plans_memory_from_this_run_s_headers_not_a_past_run_s_models(
     variables = load_yaml(os.path.join(ROOT, "roles", "serving", "vars", "main.yml"))
     variables["llmops_models"] = {"q": {"path": "/m/q.gguf"}}
     # the serve stage (plan.yml imports memory_plan.yml) reads what role model published in this run
-    assert role_templar(ROOT, variables).template("{{ _serving_memory_models }}") == variables["llmops_models"]
+    served = role_templar(ROOT, variables).template("{{ _serving_memory_models }}")
+    assert served == variables["llmops_models"]
 
 
 @pytest.mark.parametrize("build_there, left", [(True, 0), (False, 1)])

@@ -84,7 +84,8 @@ def test_a_header_is_reused_only_for_the_same_unchanged_file(models, node, recor
 
 def test_model_dir_with_a_trailing_slash_names_the_same_files():
     """model_download names its file with os.path.abspath: the record's path and this rule agree."""
-    assert model_paths([Q], "/m/") == model_paths([Q], "/m") == [{"name": "q", "dest": "/m/q", "final": FINAL}]
+    expected = [{"name": "q", "dest": "/m/q", "final": FINAL}]
+    assert model_paths([Q], "/m/") == model_paths([Q], "/m") == expected
     node = _node({"exists": True, "type": "file", "identity": IDENTITY})
     assert unchanged_headers([Q], "/m/", node, {"q": {"path": FINAL, "gguf": HEADER}}, KEYS) == {"q": HEADER}
 
