@@ -35,12 +35,20 @@ def identity(st):
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino}
 
 
+def same_identity(record, other):
+    """Whether two mappings hold the same identity: every one of the FIELDS present and equal (other keys
+    are the callers'). A record missing a field never matches."""
+    if not (isinstance(record, dict) and isinstance(other, dict)):
+        return False
+    return all(record.get(name) is not None and record.get(name) == other.get(name) for name in FIELDS)
+
+
 def same_file(record, st):
     """Whether `st` (an os.stat_result, or None for a missing file) is a regular file with the identity that
     `record` (a mapping with the FIELDS) holds. A record missing a field never matches."""
-    if st is None or not stat.S_ISREG(st.st_mode) or not isinstance(record, dict):
+    if st is None or not stat.S_ISREG(st.st_mode):
         return False
-    return all(record.get(name) is not None for name in FIELDS) and record == dict(record, **identity(st))
+    return same_identity(record, identity(st))
 
 
 def settled(st, now):

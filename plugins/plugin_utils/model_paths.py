@@ -17,6 +17,7 @@ from __future__ import absolute_import, division, print_function
 import posixpath
 
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
+from ansible_collections.llmops.serving.plugins.module_utils.file_identity import same_identity
 from ansible_collections.llmops.serving.plugins.module_utils.gguf import SUMMARY_VERSION
 from ansible_collections.llmops.serving.plugins.plugin_utils.node_state import path_state
 
@@ -67,7 +68,6 @@ def unchanged_headers(models, model_dir, state, recorded, keys):
         if any(key not in header for key in keys or []):
             continue
         seen = path_state(state, where["final"])
-        identity = header.get("identity")
-        if seen.get("type") == "file" and identity and seen.get("identity") == identity:
+        if seen.get("type") == "file" and same_identity(header.get("identity"), seen.get("identity")):
             out[where["name"]] = header
     return out
