@@ -73,10 +73,12 @@ REMOVED_OPTIONS = {
 MANAGED_OPTIONS = {
     "CMAKE_BUILD_TYPE": "llama_cpp_build_type",
     "GGML_NATIVE": "(always OFF: binaries must run on any CPU of the fleet)",
-    "BUILD_SHARED_LIBS": "llama_cpp_shared_libs",
+    "BUILD_SHARED_LIBS": "(always OFF: static binaries; llama_cpp_shared_libs was removed)",
     "GGML_CUDA": "llama_cpp_cuda",
     "CMAKE_CUDA_ARCHITECTURES": "llama_cpp_cuda_architectures (or the gpu_facts fact llmops_gpus.archs)",
     "GGML_CCACHE": "llama_cpp_ccache",
+    "LLAMA_USE_PREBUILT_UI": "llama_cpp_web_ui",
+    "LLAMA_BUILD_UI": "llama_cpp_web_ui",
 }
 
 _OPTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(:(BOOL|STRING|PATH|FILEPATH|INTERNAL))?$")
@@ -207,11 +209,17 @@ def validate_targets(targets):
     return sorted(out)
 
 
-def cmake_args(cuda=False, archs=None, shared_libs=False, build_type="Release", extra=None,
+def cmake_args(cuda=False, archs=None, web_ui=False, build_type="Release", extra=None,
                removed_policy="fail"):
     """The CMake -D arguments that define the product. Returns (args, warnings).
 
     archs: CUDA architectures (list or string), required when cuda is true.
+    web_ui: embed llama-server's web UI. The pinned tree fetches it from Hugging Face while it builds
+    (LLAMA_USE_PREBUILT_UI, default ON upstream: tag b<N>, else "latest"), so a build with it needs that
+    host and can embed whatever "latest" is that day; without it nothing is fetched, the build runs with
+    its network off, and llama-server serves the API only. Either way the choice is in the identity.
+    Libraries are always static: one self-contained binary per build, nothing to resolve at run time but
+    the C/C++ runtime, the CUDA runtime and the host driver.
     """
     if not re.match(r"^[A-Za-z]+$", str(build_type)):
         raise BuildError("llama_cpp_build_type must be a CMake build type such as Release, not %r"
@@ -220,9 +228,11 @@ def cmake_args(cuda=False, archs=None, shared_libs=False, build_type="Release", 
     args = [
         "-DCMAKE_BUILD_TYPE=%s" % build_type,
         "-DGGML_NATIVE=OFF",
-        "-DBUILD_SHARED_LIBS=%s" % ("ON" if shared_libs else "OFF"),
+        "-DBUILD_SHARED_LIBS=OFF",
         "-DLLAMA_BUILD_TESTS=OFF",
         "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_UI=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=%s" % ("ON" if web_ui else "OFF"),
     ]
     if cuda:
         arch_text = normalize_archs(archs)

@@ -66,8 +66,10 @@ options:
     type: list
     elements: str
     default: []
-  shared_libs:
-    description: Build shared libraries (C(BUILD_SHARED_LIBS=ON)) instead of static ones.
+  web_ui:
+    description:
+      - Embed llama-server's web UI, which the pinned llama.cpp downloads from Hugging Face while it builds.
+      - V(false) builds with no network and serves the API only. Part of the build identity.
     type: bool
     default: false
   build_type:
@@ -249,7 +251,7 @@ ARGUMENT_SPEC = dict(
     cuda=dict(type="str", default="auto"),
     gpus=dict(type="dict", default={}),
     cuda_architectures=dict(type="list", elements="str", default=[]),
-    shared_libs=dict(type="bool", default=False),
+    web_ui=dict(type="bool", default=False),
     build_type=dict(type="str", default="Release"),
     cmake_extra_options=dict(type="dict", default={}),
     removed_option_policy=dict(type="str", default="fail", choices=["fail", "warn"]),
@@ -276,7 +278,7 @@ def _run(module):
                          "one for rollback), got %d" % p["keep_builds"])
     cuda = cuda_wanted(p["cuda"], (p["gpus"] or {}).get("present", False))
     archs = p["cuda_architectures"] or (p["gpus"] or {}).get("archs") or []
-    args, warnings = cmake_args(cuda=cuda, archs=archs, shared_libs=p["shared_libs"],
+    args, warnings = cmake_args(cuda=cuda, archs=archs, web_ui=p["web_ui"],
                                 build_type=p["build_type"], extra=p["cmake_extra_options"],
                                 removed_policy=p["removed_option_policy"])
     dir_hash = None

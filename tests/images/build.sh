@@ -12,13 +12,15 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/images/mirror.sh
+. "$here/mirror.sh"
 repo=llmops-test/debian12
 suite=bookworm
 packages=(
   systemd systemd-sysv dbus python3 python3-apt sudo ca-certificates procps iproute2 curl gnupg
   apt-transport-https lsb-release kmod
 )
-recipe_hash=$( { cat "$0"; printf '%s\n' "${packages[@]}"; } | sha256sum | cut -c1-16)
+recipe_hash=$( { cat "$0" "$here/mirror.sh"; printf '%s\n' "${packages[@]}"; } | sha256sum | cut -c1-16)
 
 if [ -z "${FORCE:-}" ] && docker image inspect "$repo:$recipe_hash" >/dev/null 2>&1; then
   docker tag "$repo:$recipe_hash" "$repo:latest"
@@ -26,22 +28,7 @@ if [ -z "${FORCE:-}" ] && docker image inspect "$repo:$recipe_hash" >/dev/null 2
   exit 0
 fi
 
-mirror_from_apt_sources() {
-  # deb822 sources first (Debian 12 default), then one-line sources.list entries.
-  local f uri
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] || continue
-    uri=$(awk '/^URIs:/{u=$2} /^Suites:/{ if ($0 ~ /bookworm( |$)/ && u !~ /security/) {print u; exit} }' "$f")
-    [ -n "$uri" ] && { echo "$uri"; return; }
-  done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -f "$f" ] || continue
-    uri=$(awk '$1=="deb" && $0 !~ /security/ && $0 ~ / main/ {for(i=2;i<=NF;i++) if ($i ~ /^https?:/) {print $i; exit}}' "$f")
-    [ -n "$uri" ] && { echo "$uri"; return; }
-  done
-}
-
-mirror=${DEBIAN_MIRROR:-$(mirror_from_apt_sources)}
+mirror=${DEBIAN_MIRROR:-$(debian_mirror)}
 if [ -z "$mirror" ]; then
   echo "No Debian mirror found in /etc/apt/sources.list*; set DEBIAN_MIRROR=http://your-mirror/debian" >&2
   exit 1

@@ -464,16 +464,33 @@ def test_both_build_modes_compile_through_the_one_async_task():
     work, src = "/var/cache/llmops/0123456789abcdef", "/var/cache/llmops/llama.cpp/src/git-0123456789ab"
     v = defaults_vars(_llama_cpp_work=work, _llama_cpp_src=src, _llama_cpp_builder_tag="b:1",
                       _llama_cpp_container_name="llmops-llama-cpp-build-x", _llama_cpp_network_args=[],
+                      _llama_cpp_compile_network_args=["--network", "none"],
                       llama_cpp_ccache=True, llama_cpp_container_extra_volumes=["/srv/m:/srv/m:ro"])
     (host,) = load_yaml(os.path.join(ROLE, "tasks", "build-host.yml"))
     container = next(t for t in container_tasks() if t.get("ansible.builtin.include_tasks") == "compile.yml")
     assert host["ansible.builtin.include_tasks"] == "compile.yml"
     assert expr(v, host["vars"]["_llama_cpp_compile_argv"]) == ["/bin/bash", work + "/build.sh"]
     assert expr(v, container["vars"]["_llama_cpp_compile_argv"]) == [
-        "docker", "run", "--rm", "--name", "llmops-llama-cpp-build-x",
+        "docker", "run", "--rm", "--name", "llmops-llama-cpp-build-x", "--network", "none",
         "--volume", work + ":" + work, "--volume", src + ":" + src + ":ro",
         "--volume", "/var/cache/llmops/ccache:/var/cache/llmops/ccache", "--volume=/srv/m:/srv/m:ro",
         "--workdir", work, "--entrypoint", "/bin/bash", "b:1", work + "/build.sh"]
+
+
+@pytest.mark.parametrize("web_ui,network,expected", [
+    (False, "", ["--network", "none"]),
+    (False, "host", ["--network", "none"]),
+    (True, "", []),
+    (True, "host", ["--network", "host"]),
+])
+def test_the_compile_has_no_network_unless_the_web_ui_is_downloaded(web_ui, network, expected):
+    """The source and the ccache are mounted: nothing outside is needed, so the compile container gets no
+    network at all; only upstream's web UI download (llama_cpp_web_ui) needs one. The builder image's own
+    build (apt) keeps llama_cpp_container_network either way."""
+    names = next(t for t in container_tasks() if "ansible.builtin.set_fact" in t)["ansible.builtin.set_fact"]
+    v = defaults_vars(llama_cpp_web_ui=web_ui, llama_cpp_container_network=network)
+    assert expr(v, names["_llama_cpp_compile_network_args"]) == expected
+    assert expr(v, names["_llama_cpp_network_args"]) == (["--network", network] if network else [])
 
 
 def test_a_failed_pull_says_what_to_do_when_the_tag_is_gone():

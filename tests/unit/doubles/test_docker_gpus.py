@@ -28,12 +28,31 @@ def test_gpus_become_nvidia_visible_devices():
         "run", "--rm", "-e", "NVIDIA_VISIBLE_DEVICES=2,3", "--env-file", "/e", "img", "--port", "1"]
 
 
+def test_gpus_get_the_host_driver_libraries_where_cuda_images_look():
+    """As the NVIDIA runtime gives a GPU container the host's libcuda.so.1; a run without --gpus gets none."""
+    shim = load_shim()
+    assert shim.translate(["run", "--gpus", "all", "img"], "/usr/lib/llmops-test/driver") == [
+        "run", "-e", "NVIDIA_VISIBLE_DEVICES=all", "-v", "/usr/lib/llmops-test/driver:/usr/local/nvidia/lib64:ro",
+        "img"]
+    assert shim.translate(["run", "--rm", "img"], "/usr/lib/llmops-test/driver") == ["run", "--rm", "img"]
+
+
+def test_driver_libraries_come_from_the_nodes_setting(tmp_path, monkeypatch):
+    shim = load_shim()
+    monkeypatch.setenv("DOCKER_GPUS_DRIVER_LIBS", str(tmp_path))
+    assert shim._driver_libs() == str(tmp_path)
+    monkeypatch.setenv("DOCKER_GPUS_DRIVER_LIBS", str(tmp_path / "missing"))
+    assert shim._driver_libs() is None
+    monkeypatch.setenv("DOCKER_GPUS_DRIVER_LIBS", "")
+    assert shim._driver_libs() is None
+
+
 def test_runs_are_logged_and_passed_on(tmp_path):
     real = tmp_path / "docker"
     real.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
     real.chmod(0o755)
     log = tmp_path / "runs.jsonl"
-    env = dict(os.environ, DOCKER_GPUS_REAL=str(real), DOCKER_GPUS_LOG=str(log))
+    env = dict(os.environ, DOCKER_GPUS_REAL=str(real), DOCKER_GPUS_LOG=str(log), DOCKER_GPUS_DRIVER_LIBS="")
     out = subprocess.check_output([sys.executable, SHIM, "run", "--gpus", '"device=0"', "img"], env=env)
     assert out.decode().split() == ["run", "-e", "NVIDIA_VISIBLE_DEVICES=0", "img"]
     assert json.loads(log.read_text()) == ["run", "--gpus", '"device=0"', "img"]

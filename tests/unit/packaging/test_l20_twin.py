@@ -21,8 +21,10 @@ ALLOWED = {
                               "ansible_become", "ansible_become_user", "ansible_docker_extra_args"},
     "where the mirrors point": {"llmops_mirrors", "nvidia_driver_apt_repo_trusted",
                                 "nvidia_container_toolkit_apt_repo_trusted"},
-    "llama.cpp without CUDA, in the local test image": {
-        "llama_cpp_cuda", "llama_cpp_builder_image", "llama_cpp_runtime_image",
+    # The CUDA build itself is the shipped one (llama_cpp_cuda, the architectures, the mode): only the two
+    # base images are stand-ins (tests/images/cuda.sh), local images with no registry digest.
+    "the CUDA 12.4.1 base images, stand-ins built from Debian's toolkit": {
+        "llama_cpp_builder_image", "llama_cpp_runtime_image",
         "llama_cpp_builder_image_digest", "llama_cpp_runtime_image_digest"},
     "the fake vLLM image": {"vllm_image_digest"},
     "the stand-in driver stack and GPUs": {
@@ -90,3 +92,20 @@ def test_the_ccache_mount_is_where_the_inventory_keeps_its_ccache():
     shipped = load(os.path.join(SHIPPED, "group_vars", "l20", "main.yml"))
     defaults = load(os.path.join(ROOT, "roles", "llama_cpp", "defaults", "main.yml"))
     assert mounts == [shipped.get("llama_cpp_ccache_dir", defaults["llama_cpp_ccache_dir"])]
+
+
+def test_the_twin_compiles_the_shipped_cuda_build_in_the_stand_in_images():
+    """No CPU substitution: llama_cpp_cuda, the architectures and the build mode come from the shipped
+    inventory (CUDA for sm_89 in a container), and the images swapped in are the CUDA 12.4.1 stand-ins."""
+    host = override()["all"]["children"]["l20"]["hosts"]["l20-node-01"]
+    shipped = load(os.path.join(SHIPPED, "group_vars", "l20", "main.yml"))
+    assert shipped["llama_cpp_cuda"] is True and shipped["llama_cpp_cuda_architectures"] == ["89"]
+    assert shipped["llama_cpp_build_mode"] == "container"
+    for key in ("llama_cpp_cuda", "llama_cpp_cuda_architectures", "llama_cpp_build_mode",
+                "llama_cpp_cmake_extra_options"):
+        assert key not in host
+    assert host["llama_cpp_builder_image"] == "llmops-test/cuda:12.4.1-devel"
+    assert host["llama_cpp_runtime_image"] == "llmops-test/cuda:12.4.1-runtime"
+    with open(os.path.join(ROOT, "tests", "images", "cuda.sh"), encoding="utf-8") as handle:
+        recipe = handle.read()
+    assert '"$repo:12.4.1-devel"' in recipe and '"$repo:12.4.1-runtime"' in recipe

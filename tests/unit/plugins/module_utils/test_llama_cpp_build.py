@@ -86,9 +86,19 @@ def test_cuda_without_archs_says_what_to_do():
         lb.cmake_args(cuda=True, archs=[])
 
 
-def test_shared_libs():
-    d = args_dict(lb.cmake_args(shared_libs=True)[0])
-    assert d["BUILD_SHARED_LIBS"] == "ON"
+def test_static_always():
+    """The shared-library mode is gone: static binaries whatever else is set."""
+    for web_ui in (False, True):
+        assert args_dict(lb.cmake_args(cuda=True, archs=["89"], web_ui=web_ui)[0])["BUILD_SHARED_LIBS"] == "OFF"
+
+
+def test_web_ui_off_fetches_nothing_and_on_uses_upstreams_download():
+    """Off (the default): neither the npm build nor the download from Hugging Face, so the compile needs no
+    network. On: upstream's prebuilt download, the only way the pinned tree embeds a UI without npm."""
+    off = args_dict(lb.cmake_args()[0])
+    assert off["LLAMA_USE_PREBUILT_UI"] == "OFF" and off["LLAMA_BUILD_UI"] == "OFF"
+    on = args_dict(lb.cmake_args(web_ui=True)[0])
+    assert on["LLAMA_USE_PREBUILT_UI"] == "ON" and on["LLAMA_BUILD_UI"] == "OFF"
 
 
 def test_extra_options_pass_through_sorted_and_converted():
@@ -132,7 +142,8 @@ def test_seed_recipe_options_map_cleanly():
 
 @pytest.mark.parametrize("name,var", [
     ("GGML_CUDA", "llama_cpp_cuda"), ("CMAKE_CUDA_ARCHITECTURES", "llama_cpp_cuda_architectures"),
-    ("BUILD_SHARED_LIBS", "llama_cpp_shared_libs"), ("GGML_NATIVE", "always OFF"),
+    ("BUILD_SHARED_LIBS", "always OFF"), ("GGML_NATIVE", "always OFF"),
+    ("LLAMA_USE_PREBUILT_UI", "llama_cpp_web_ui"), ("LLAMA_BUILD_UI", "llama_cpp_web_ui"),
     ("CMAKE_BUILD_TYPE:STRING", "llama_cpp_build_type"),
 ])
 def test_managed_options_point_at_the_role_variable(name, var):
@@ -211,7 +222,7 @@ GITHUB = "https://github.com/ggml-org/llama.cpp.git"
                                    git_ref=lb.DEFAULT_REF)),
     dict(args=lb.cmake_args(cuda=True, archs=["89", "90"])[0]),
     dict(args=lb.cmake_args(cuda=False)[0]),
-    dict(args=lb.cmake_args(cuda=True, archs=["89"], shared_libs=True)[0]),
+    dict(args=lb.cmake_args(cuda=True, archs=["89"], web_ui=True)[0]),
     dict(args=lb.cmake_args(cuda=True, archs=["89"], extra={"GGML_CUDA_FA_ALL_QUANTS": True})[0]),
     dict(targets=["llama-server"]),
     dict(builder_image="registry.local/nvidia/cuda:12.4.1-devel-ubuntu22.04"),
