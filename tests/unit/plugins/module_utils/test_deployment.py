@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The deployment lifecycle (plugins/module_utils/deployment.py) on real files in a temporary directory:
-deploy, the health gate's restore, commit, the fleet's swap, query; check mode; a failed write."""
+deploy, the health gate's restore, commit, the fleet's swap, query; check mode; a failed write; the lock of
+one run from deploy to commit or restore; the checks before a swap; modes repaired; no linked directory."""
 
 import json
 import os
@@ -16,6 +17,8 @@ UNIT_V1 = "[Service]\nEnvironmentFile=/etc/q.env\nExecStart=/opt/llama-server --
 UNIT_V2 = "[Service]\nEnvironmentFile=/etc/q.env\nExecStart=/opt/llama-server --port 8003 --ctx-size 8192\n"
 ENV_V1 = "HF_TOKEN=hf-secret-v1\n"
 ENV_V2 = "HF_TOKEN=hf-secret-v2\n"
+# two runs of a play (module deployment's lock_token: role serving's fleet_deployment_run)
+RUN_A, RUN_B = "20261205T100000Z-aaaaaaaaaaaaaaaa", "20261205T100500Z-bbbbbbbbbbbbbbbb"
 
 
 def record(version):
@@ -36,6 +39,7 @@ def node(tmp_path):
 
         def step(self, state, **kwargs):
             kwargs.setdefault("name", "q")
+            kwargs.setdefault("lock_token", RUN_A)
             return run(state, self.root, unit_file=self.unit, env_file=self.env, **kwargs)
 
         def deploy(self, unit, env, **kwargs):
@@ -207,7 +211,9 @@ def test_swap_puts_the_previous_deployment_back_and_twice_returns(node):
     assert node.read("previous.service") == UNIT_V2 and node.read("previous.env") == ENV_V2
     assert json.loads(node.read("current.json"))["settings"] == {"version": 1}
     assert stat.S_IMODE(os.stat(node.env).st_mode) == 0o600
+    assert swapped["locked"] is True and json.loads(node.read("lock.json"))["step"] == "swap"
     node.step("swap")
+    assert node.step("release")["locked"] is False
     assert node.snapshot() == start
 
 
@@ -217,7 +223,7 @@ def test_swap_refuses_without_a_previous_deployment_and_touches_nothing(node):
     with pytest.raises(DeploymentError, match="instance q has no previous deployment"):
         node.step("swap")
     with pytest.raises(DeploymentError, match="instance x has no deployment record"):
-        run("swap", node.root, name="x", unit_file=node.unit, env_file=node.env)
+        run("swap", node.root, name="x", unit_file=node.unit, env_file=node.env, lock_token=RUN_A)
     assert node.snapshot() == start
 
 
@@ -260,11 +266,11 @@ def test_a_failed_restore_leaves_the_current_deployment_intact(node, monkeypatch
     real = deployment._stage
     calls = []
 
-    def full_disk(path, data, mode, dir_of):
+    def full_disk(path, data, mode):
         calls.append(path)
         if len(calls) == 2:
             raise OSError(28, "No space left on device", path)
-        return real(path, data, mode, dir_of)
+        return real(path, data, mode)
 
     monkeypatch.setattr(deployment, "_stage", full_disk)
     with pytest.raises(DeploymentError, match="nothing was changed.*No space left"):
@@ -286,7 +292,7 @@ def test_a_rename_that_fails_half_way_puts_the_replaced_files_back(node):
         renamed.append(dst)
 
     with pytest.raises(DeploymentError, match="files it had replaced are back"):
-        deployment.apply(plan["writes"], node.inst, _rename=flaky)
+        deployment.apply(plan["writes"], _rename=flaky)
     assert node.snapshot() == start
 
 
@@ -307,7 +313,7 @@ def test_instance_names_are_one_path_component(node, name):
 
 def test_relative_paths_are_refused(node):
     with pytest.raises(DeploymentError, match="absolute"):
-        run("swap", "deployments", name="q", unit_file=node.unit, env_file=node.env)
+        run("swap", "deployments", name="q", unit_file=node.unit, env_file=node.env, lock_token=RUN_A)
 
 
 # --- query ------------------------------------------------------------------------------------------------
@@ -316,9 +322,9 @@ def test_query_lists_the_records_with_their_previous(node):
     assert run("query", node.root)["records"] == []
     node.commit(node.deploy(UNIT_V1, ENV_V1), 1)
     other = run("deploy", node.root, name="r", unit_file=node.unit + "-r", env_file=node.env + "-r",
-                unit_content=UNIT_V1, env_content=ENV_V1)
+                unit_content=UNIT_V1, env_content=ENV_V1, lock_token=RUN_B)
     run("commit", node.root, name="r", unit_file=node.unit + "-r", env_file=node.env + "-r",
-        record=dict(record(1), name="r"), unit_changed=other["unit_changed"])
+        record=dict(record(1), name="r"), unit_changed=other["unit_changed"], lock_token=RUN_B)
     node.commit(node.deploy(UNIT_V2, ENV_V2), 2)
     records = run("query", node.root)["records"]
     assert [(r["name"], r["previous"]) for r in records] == [("q", True), ("r", False)]
