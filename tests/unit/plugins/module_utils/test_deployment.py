@@ -336,8 +336,9 @@ def test_query_lists_the_records_with_their_previous(node):
 # --- the lock: one run holds the instance from deploy to commit or restore (issue 34) -----------------------
 
 def test_a_second_run_is_refused_while_the_first_holds_the_instance_and_proceeds_after_its_commit(node):
-    """Play A deploys U2 and health-gates it; play B's deploy of U3 meanwhile would have replaced A's unit, and
-    A's commit would have recorded A's record with B's unit. B is refused, changing nothing, until A commits."""
+    """Play A deploys U2 and health-gates it; play B's deploy of U3 meanwhile would have replaced A's unit,
+    and A's commit would have recorded A's record with B's unit. B is refused, changing nothing, until A
+    commits."""
     node.commit(node.deploy(UNIT_V1, ENV_V1), 1)
     a = node.deploy(UNIT_V2, ENV_V2, lock_holder="play 'serve' by alice on ctl-a")
     assert a["locked"] is True
@@ -479,15 +480,16 @@ def test_swap_refuses_a_live_unit_edited_by_hand_or_a_change_still_pending(node)
     with open(node.unit, "a") as handle:
         handle.write("# edited\n")
     start = node.snapshot()
-    with pytest.raises(DeploymentError, match="the live unit %s of instance q has SHA-256 .*current.json records"
-                       % node.unit):
+    with pytest.raises(DeploymentError,
+                       match="the live unit %s of instance q has SHA-256 .*current.json records" % node.unit):
         node.step("swap")
     assert node.snapshot() == start
     with open(node.unit, "w") as handle:
         handle.write(UNIT_V2)
     node.deploy(UNIT_V2, ENV_V1)                        # an env change waiting for its gate
     start = node.snapshot()
-    with pytest.raises(DeploymentError, match=r"has a change that has not passed its health gate \(before.env"):
+    with pytest.raises(DeploymentError,
+                       match=r"has a change that has not passed its health gate \(before.env"):
         node.step("swap")
     assert node.snapshot() == start
     node.step("restore", keep_failed_unit=node.failed)
@@ -506,7 +508,7 @@ def test_an_env_file_left_0644_is_repaired_to_0600_with_the_same_content(node):
     assert stat.S_IMODE(os.stat(node.env).st_mode) == 0o600 and node.read(node.env) == ENV_V1
     assert stat.S_IMODE(os.stat(os.path.join(node.inst, "current.json")).st_mode) == 0o600
     # the content did not change: no restart, nothing to gate or commit, no lock
-    assert (repaired["unit_changed"], repaired["env_changed"], repaired["commit_needed"]) == (False, False, False)
+    assert not (repaired["unit_changed"] or repaired["env_changed"] or repaired["commit_needed"])
     assert repaired["locked"] is False and "diff" not in repaired
     assert node.deploy(UNIT_V1, ENV_V1)["changed"] is False
 
