@@ -72,17 +72,7 @@ options:
     description:
       - The environment file's text, for O(state=deploy); unset leaves the file alone. Holds secrets.
     type: str
-  keep_locked:
-  description: Whether this run holds the instance's lock after the step (V(deploy) with a change to gate,
-    V(swap)); the lock is not counted as a change.
-  returned: unless O(state=query)
-  type: bool
-notes:
-  description: What the step did about another run's lock (a stale one taken over), also printed as warnings.
-  returned: unless O(state=query)
-  type: list
-  elements: str
-failed_unit:
+  keep_failed_unit:
     description:
       - For O(state=restore) - where the unit that failed its health check is kept for inspection.
     type: path
@@ -135,6 +125,12 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
+# One token for every step of this run: made once and kept (a variable would be a new token each time)
+- name: Name this run for the deployment locks
+  ansible.builtin.set_fact:
+    qwen_run: "{{ ansible_play_name | llmops.serving.fleet_deployment_run }}"
+  when: qwen_run is not defined
+
 - name: The lifecycle of instance qwen (what role serving and playbooks/rollback.yml do)
   module_defaults:
     llmops.serving.deployment:
@@ -142,11 +138,8 @@ EXAMPLES = r"""
       name: qwen
       unit_file: /etc/systemd/system/llama-server-qwen.service
       env_file: /etc/llama-server/qwen.env
-      # one token for every step of this run
-      lock_token: "{{ _run.token }}"
-      lock_holder: "{{ _run.holder }}"
-  vars:
-    _run: "{{ ansible_play_name | llmops.serving.fleet_deployment_run }}"
+      lock_token: "{{ qwen_run.token }}"
+      lock_holder: "{{ qwen_run.holder }}"
   block:
     - name: Write the unit and env file (the replaced ones are kept until the instance is healthy)
       llmops.serving.deployment:
@@ -167,7 +160,7 @@ EXAMPLES = r"""
         env_changed: "{{ deployed.env_changed }}"
       when: deployed.commit_needed
 
-    - name: Later, when a smoke check fails - swap the previous deployment back in
+    - name: Later, when a smoke check fails - swap the previous deployment back in (this run holds it then)
       llmops.serving.deployment:
         state: swap
       when: qwen_smoke_failed | default(false)
@@ -175,17 +168,11 @@ EXAMPLES = r"""
     - name: The health gate failed - put the replaced unit and env file back, keeping the failed unit
       llmops.serving.deployment:
         state: restore
-        keep_locked:
-  description: Whether this run holds the instance's lock after the step (V(deploy) with a change to gate,
-    V(swap)); the lock is not counted as a change.
-  returned: unless O(state=query)
-  type: bool
-notes:
-  description: What the step did about another run's lock (a stale one taken over), also printed as warnings.
-  returned: unless O(state=query)
-  type: list
-  elements: str
-failed_unit: /var/lib/llmops/deployments/qwen/failed.service
+        keep_failed_unit: /var/lib/llmops/deployments/qwen/failed.service
+  always:
+    - name: Give the lock back (a no-op when commit or restore did)
+      llmops.serving.deployment:
+        state: release
 
 - name: List the records of every instance
   llmops.serving.deployment:
@@ -224,6 +211,16 @@ rollback:
 restored:
   description: What was put back (V(unit), V(environment file)); empty when there was nothing to restore.
   returned: O(state=restore)
+  type: list
+  elements: str
+locked:
+  description: Whether this run holds the instance's lock after the step (V(deploy) with a change to gate,
+    V(swap)); the lock is not counted as a change.
+  returned: unless O(state=query)
+  type: bool
+notes:
+  description: What the step did about another run's lock (a stale one taken over), also printed as warnings.
+  returned: unless O(state=query)
   type: list
   elements: str
 locked:

@@ -6,7 +6,10 @@ refusal as one clear failure, another run's lock, a stale lock taken over as a w
 
 import json
 
-from tests.helpers import run_module_file
+import yaml
+from ansible_collections.llmops.serving.plugins.modules import deployment
+
+from tests.helpers import module_doc, run_module_file
 
 SECRET = "hf-module-secret-2c9e"
 RUN_A, RUN_B = "20261205T100000Z-aaaaaaaaaaaaaaaa", "20261205T100500Z-bbbbbbbbbbbbbbbb"
@@ -75,3 +78,17 @@ def test_a_step_without_the_runs_token_fails_clearly(tmp_path):
     result = run_module_file(tmp_path, "deployment", dict(args(tmp_path), lock_token=None))
     assert result["failed"] is True and "lock_token" in result["msg"]
     assert not (tmp_path / "q.env").exists()
+
+
+def test_documentation_matches_the_argument_spec():
+    doc = module_doc(deployment)
+    spec = deployment.ARGUMENT_SPEC
+    assert sorted(doc["options"]) == sorted(spec)
+    for name, option in doc["options"].items():
+        assert option["type"] == spec[name]["type"], name
+        assert option.get("default") == spec[name].get("default"), name
+        assert option.get("choices") == spec[name].get("choices"), name
+    assert doc["options"]["state"]["choices"] == list(deployment.deployment.STATES)
+    assert {"locked", "notes"} <= set(yaml.safe_load(deployment.RETURN))
+    examples = yaml.safe_load(deployment.EXAMPLES)
+    assert examples[0]["ansible.builtin.set_fact"]["qwen_run"].endswith("fleet_deployment_run }}")
