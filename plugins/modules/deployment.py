@@ -223,16 +223,6 @@ notes:
   returned: unless O(state=query)
   type: list
   elements: str
-locked:
-  description: Whether this run holds the instance's lock after the step (V(deploy) with a change to gate,
-    V(swap)); the lock is not counted as a change.
-  returned: unless O(state=query)
-  type: bool
-notes:
-  description: What the step did about another run's lock (a stale one taken over), also printed as warnings.
-  returned: unless O(state=query)
-  type: list
-  elements: str
 failed_unit:
   description: Where the failed unit is kept (O(keep_failed_unit)), when something was restored.
   returned: O(state=restore)
