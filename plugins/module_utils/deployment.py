@@ -394,7 +394,7 @@ def read_lock(paths):
     except (ValueError, UnicodeError):
         lock = None
     if not isinstance(lock, dict) or not isinstance(lock.get("token"), str) \
-            or not isinstance(lock.get("expires"), (int, float)):
+            or not all(isinstance(lock.get(key), (int, float)) for key in ("taken", "expires")):
         raise DeploymentError("the deployment lock %s of instance %s is not one this module wrote: if no "
                               "play is deploying or rolling back this instance now, remove it and run again"
                               % (paths.slot(LOCK), paths.name))
@@ -444,8 +444,9 @@ def plan_lock(paths, state, token, holder, timeout, lock, now, take, writes, che
     status = lock_state(lock, token, now)
     notes = []
     if status == "stale" and state in ("deploy", "swap"):
-        notes.append("took over the stale deployment lock of instance %s: %s, and did not commit, restore or "
-                     "release it before %s" % (paths.name, describe_lock(lock), _when(lock["expires"])))
+        notes.append("%s the stale deployment lock of instance %s: %s, and did not commit, restore or "
+                     "release it before %s" % ("took over" if take else "removed", paths.name,
+                                               describe_lock(lock), _when(lock["expires"])))
     unheld = status != "ours" and not (check_mode and status == "free")
     if state in ("commit", "restore") and writes and unheld:
         why = ("it is free: this run's deploy did not take it, or the lock was removed" if status == "free"
