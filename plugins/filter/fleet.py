@@ -9,6 +9,7 @@
     {{ inventory_hostname | llmops.serving.fleet_host_servers(hostvars, gateway_fact[, instances=records]) }}
     {{ records | llmops.serving.fleet_rollback_selection(instance=, host=, directory=) }}
     {{ ansible_play_hosts_all | llmops.serving.fleet_summary(hostvars) }}
+    {{ ansible_play_name | llmops.serving.fleet_deployment_run }}     (once per run: keep it with set_fact)
 """
 from __future__ import absolute_import, division, print_function
 
@@ -41,4 +42,5 @@ class FilterModule(object):
             "fleet_host_servers": _wrap(fleet_host_servers),
             "fleet_rollback_selection": _wrap(rollout.rollback_selection),
             "fleet_summary": _wrap(fleet_summary),
+            "fleet_deployment_run": _wrap(rollout.deployment_run),
         }

@@ -10,6 +10,8 @@ secrets). Beside them, ``<deployments dir>/<instance>/`` (root 0700) keeps:
     current.json                 the record of what runs now (written once the instance is healthy)
     previous.service/.env/.json  the deployment before it: what playbooks/rollback.yml and the fleet put back
     before.service/.env          the live files a change replaced, until that change passed its health gate
+    lock.json                    the run that deploys or swaps the instance now, until it commits, restores
+                                 or releases it (see "The lock" below)
 
 The lifecycle, one function per step (each returns what it did; ``check_mode`` computes, writes nothing):
 
@@ -20,7 +22,23 @@ The lifecycle, one function per step (each returns what it did; ``check_mode`` c
              previous.json, and current.json records what runs now                     (role serving)
     swap     current <-> previous: unit, env file and record                           (the fleet: a failed
              smoke check, playbooks/rollback.yml; a swap, so running it again returns to the newer one)
+    release  give the lock back (a gate that failed without a restore, the end of a fleet swap)
     query    the records of one or every instance                                      (the fleet)
+
+The lock. deploy -> restart -> health gate -> commit or restore is several module calls, so a lock that lives
+as long as one process (flock) cannot cover it: two plays on one instance would interleave (play A commits
+its unit while play B's failed unit runs and gets A's record). So ``lock.json`` records the run holding the
+instance: its token (one per play run, ``lock_token``), who it is (``lock_holder``: the play, user and
+controller), when it took the lock and when the lock turns stale (``lock_timeout`` later: that run is gone).
+deploy (when there is a change to gate) and swap take it; commit and restore need it and give it back;
+release gives it back. Another run's live lock refuses the step, naming the holder, changing nothing; a stale
+one is taken over with a note. Each step itself holds flock on the instance directory while it reads and
+writes, so that two steps never see the lock half-changed.
+
+A swap puts previous.service live only when its SHA-256 is the one previous.json records, and only when the
+live unit is the one current.json records (nothing pending, nothing edited by hand): else it refuses and the
+current unit stays live. Every write also repairs a file's mode and owner (an env file at 0644 becomes 0600
+even when its content is the same). The instance directory is never a symbolic link (O_NOFOLLOW).
 
 One mechanism carries out every step (``apply``): each step computes the new content of every file it
 touches from what it read, then ``apply`` writes each new file to a temporary name in its own directory and
@@ -34,16 +52,18 @@ Plain Python 3.6, standard library only; importable and unit-tested without Ansi
 from __future__ import absolute_import, division, print_function
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
 import re
 import stat
 import tempfile
+import time
 
 __metaclass__ = type
 
-STATES = ("deploy", "restore", "commit", "swap", "query")
+STATES = ("deploy", "restore", "commit", "swap", "release", "query")
 # A unit or an env file is a few KiB; a bigger file in these places is not one the role wrote.
 MAX_FILE = 1 << 20
 # Instance names as role serving allows them (instance_plan._NAME_RE): a single path component.
@@ -51,6 +71,18 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 # The kinds of live file, as the messages name them.
 UNIT, ENV = "unit", "environment file"
 UNIT_MODE, ENV_MODE, RECORD_MODE, DIR_MODE = 0o644, 0o600, 0o600, 0o700
+# The slots of an instance directory and their modes (a write repairs a slot's mode and owner).
+SLOT_MODES = (("before.service", UNIT_MODE), ("before.env", ENV_MODE), ("previous.service", UNIT_MODE),
+              ("previous.env", ENV_MODE), ("previous.json", RECORD_MODE), ("current.json", RECORD_MODE))
+LOCK = "lock.json"
+# A run's token: what the role passes (fleet_deployment_run); the holder: who that run is, for the messages.
+TOKEN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{7,127}")
+HOLDER_RE = re.compile(r"[^\x00-\x1f\x7f]{1,300}")
+# How long a lock holds when the caller does not say (the role passes its health timeouts): after that
+# the run that took it counts as gone.
+LOCK_TIMEOUT = 3600
+# How long a step waits for another step on the same instance to finish its reads and writes (seconds).
+GUARD_WAIT = 30.0
 
 
 class DeploymentError(Exception):
@@ -154,21 +186,23 @@ def plan_deploy(paths, unit, env):
     live_unit, live_env = read_file(paths.unit_file), read_file(paths.env_file)
     unit_changed = live_unit != unit
     env_changed = env is not None and live_env != env
-    writes = {}
-    if unit_changed:
-        writes[paths.unit_file] = (unit, UNIT_MODE)
-        if live_unit is not None and read_file(paths.slot("before.service")) is None:
-            writes[paths.slot("before.service")] = (live_unit, UNIT_MODE)
-    if env_changed:
+    # every kept file as it is (apply repairs a mode or owner that is not the slot's), then the live files:
+    # written when their content differs, their mode and owner repaired when only those do
+    writes = repair_slots(paths)
+    writes[paths.unit_file] = (unit, UNIT_MODE)
+    if unit_changed and live_unit is not None and read_file(paths.slot("before.service")) is None:
+        writes[paths.slot("before.service")] = (live_unit, UNIT_MODE)
+    if env is not None:
         writes[paths.env_file] = (env, ENV_MODE)
-        if live_env is not None and read_file(paths.slot("before.env")) is None:
-            writes[paths.slot("before.env")] = (live_env, ENV_MODE)
+    if env_changed and live_env is not None and read_file(paths.slot("before.env")) is None:
+        writes[paths.slot("before.env")] = (live_env, ENV_MODE)
+    content_changed = unit_changed
     # Files kept by a change that never passed its gate (the run stopped before it): that change is still
     # unproven, so it counts as this run's change - restarted, gated, rolled back or committed now.
     unit_changed = unit_changed or read_file(paths.slot("before.service")) is not None
     env_changed = env_changed or (env is not None and read_file(paths.slot("before.env")) is not None)
     rollback = [kind for kind, slot in ((UNIT, "before.service"), (ENV, "before.env"))
-                if paths.slot(slot) in writes or read_file(paths.slot(slot)) is not None]
+                if writes.get(paths.slot(slot), (None,))[0] is not None]
     return {"writes": writes, "unit_changed": unit_changed, "env_changed": env_changed,
             "rollback": rollback if (unit_changed or env_changed) else [],
             # commit has something to do: a change (a pending one included) or no record yet (a deployment
@@ -176,9 +210,20 @@ def plan_deploy(paths, unit, env):
             "commit_needed": bool(unit_changed or env_changed
                                   or read_file(paths.slot("current.json")) is None),
             "previous": read_file(paths.slot("previous.service")) is not None,
-            "diff": None if predates_env_files(live_unit) else {
+            "diff": None if predates_env_files(live_unit) or not content_changed else {
                 "before": _text(live_unit), "after": _text(unit),
                 "before_header": paths.unit_file, "after_header": paths.unit_file}}
+
+
+def repair_slots(paths):
+    """{slot: (its content, its mode)} of every slot there is: written as it is, apply repairs only a mode or
+    an owner that is not the slot's (a previous.env left 0644 holds secrets)."""
+    writes = {}
+    for slot, mode in SLOT_MODES:
+        data = read_file(paths.slot(slot))
+        if data is not None:
+            writes[paths.slot(slot)] = (data, mode)
+    return writes
 
 
 def plan_restore(paths, keep_failed_unit=None):
@@ -255,6 +300,7 @@ def plan_swap(paths):
     if live_unit is None:
         raise DeploymentError("the unit %s of instance %s is gone: deploy the instance again (role serving) "
                               "before rolling it back" % (paths.unit_file, paths.name))
+    check_swappable(paths, current, previous, live_unit, previous_unit)
     writes = {paths.unit_file: (previous_unit, UNIT_MODE),
               paths.slot("previous.service"): (live_unit, UNIT_MODE),
               paths.slot("current.json"): (read_file(paths.slot("previous.json")), RECORD_MODE),
@@ -268,6 +314,34 @@ def plan_swap(paths):
             "diff": None if predates_env_files(live_unit) or predates_env_files(previous_unit) else {
                 "before": _text(live_unit), "after": _text(previous_unit),
                 "before_header": paths.unit_file, "after_header": paths.unit_file}}
+
+
+def check_swappable(paths, current, previous, live_unit, previous_unit):
+    """A swap puts previous.service live only when it is the unit previous.json recorded, and moves the live
+    unit into previous.* only when it is the one current.json records: a truncated or altered previous unit,
+    a change still waiting for its health gate or a unit edited by hand would otherwise run, or be recorded
+    under another deployment's record. Refuses before anything is written: the current unit stays live."""
+    pending = [slot for slot in ("before.service", "before.env") if read_file(paths.slot(slot)) is not None]
+    if pending:
+        raise DeploymentError(
+            "instance %s has a change that has not passed its health gate (%s in %s): nothing was swapped, "
+            "the current unit stays live. Run role serving for this host (it gates the change, then commits "
+            "or restores it), then roll back" % (paths.name, " and ".join(pending), paths.dir))
+    for label, slot, record, data in (
+            ("previous unit", paths.slot("previous.service"), previous, previous_unit),
+            ("live unit", paths.unit_file, current, live_unit)):
+        recorded = record.get("unit_checksum")
+        if data and checksum(data) == recorded:
+            continue
+        record_slot = "previous.json" if record is previous else "current.json"
+        what = ("is empty (0 bytes)" if not data else "has SHA-256 %s, %s records %s"
+                % (checksum(data), record_slot, recorded or "none"))
+        fix = ("it was truncated or changed after it was kept: the previous deployment cannot be put back "
+               "from it. Deploy the version you want with role serving instead" if record is previous else
+               "it was changed outside the deployment lifecycle (by hand, or by a run that never finished): "
+               "run role serving for this host so that the unit it runs is recorded, then roll back")
+        raise DeploymentError("the %s %s of instance %s %s: %s. Nothing was swapped, the current unit stays "
+                              "live" % (label, slot, paths.name, what, fix))
 
 
 def query(root, name=None):
@@ -285,6 +359,8 @@ def query(root, name=None):
     out = []
     for entry in names:
         paths = Paths(root, entry)
+        if instance_dir_stat(paths) is None:
+            continue
         current = read_record(paths.slot("current.json"))
         if current is None:
             continue
@@ -295,6 +371,101 @@ def query(root, name=None):
     return out
 
 
+# --- the lock: which run deploys or swaps the instance now ----------------------------------------------
+
+def check_run(token, holder, timeout):
+    """The run's token, holder and lock timeout, checked (they reach lock.json and the messages)."""
+    if not isinstance(token, str) or not TOKEN_RE.fullmatch(token):
+        raise DeploymentError("lock_token must be 8 to 128 letters, digits, '.', '_', ':' or '-' (one per "
+                              "run of a play: role serving passes fleet_deployment_run), got %r" % (token,))
+    if holder is not None and (not isinstance(holder, str) or not HOLDER_RE.fullmatch(holder)):
+        raise DeploymentError("lock_holder must be one line of at most 300 characters, got %r" % (holder,))
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or not 60 <= timeout <= 7 * 86400:
+        raise DeploymentError("lock_timeout must be whole seconds from 60 to 604800, got %r" % (timeout,))
+
+
+def read_lock(paths):
+    """The lock record of the instance ({token, holder, step, taken, expires}), or None when it is free."""
+    data = read_file(paths.slot(LOCK))
+    if data is None:
+        return None
+    try:
+        lock = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeError):
+        lock = None
+    if not isinstance(lock, dict) or not isinstance(lock.get("token"), str) \
+            or not all(isinstance(lock.get(key), (int, float)) for key in ("taken", "expires")):
+        raise DeploymentError("the deployment lock %s of instance %s is not one this module wrote: if no "
+                              "play is deploying or rolling back this instance now, remove it and run again"
+                              % (paths.slot(LOCK), paths.name))
+    return lock
+
+
+def lock_state(lock, token, now):
+    """free (no lock), ours (this run's), stale (another run's, past its deadline: that run is gone) or
+    held (another run's, live)."""
+    if lock is None:
+        return "free"
+    if lock["token"] == token:
+        return "ours"
+    return "stale" if now >= lock["expires"] else "held"
+
+
+def _when(seconds):
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+def describe_lock(lock):
+    return "%s (run %s), which took it at %s to %s it" % (
+        lock.get("holder") or "a run that did not say who it is", lock["token"],
+        _when(lock.get("taken") or 0), lock.get("step") or "deploy")
+
+
+def held_error(paths, lock, state):
+    """Another run holds the instance: the refusal that names it and how to clear a lock that is stale."""
+    return DeploymentError(
+        "instance %s is locked by %s: it is deploying, health-gating or rolling back this instance. Nothing "
+        "was changed by this %s; wait until that run has finished and run again. If that run is really gone "
+        "(killed, its controller lost), remove %s on this node, or wait until %s, when the lock counts as "
+        "stale and the next run takes it over" % (paths.name, describe_lock(lock), state, paths.slot(LOCK),
+                                                   _when(lock["expires"])))
+
+
+def new_lock(token, holder, timeout, step, now):
+    return record_bytes({"token": token, "holder": holder, "step": step, "taken": now,
+                         "expires": now + timeout})
+
+
+def plan_lock(paths, state, token, holder, timeout, lock, now, take, writes, check_mode=False):
+    """{lock path: (new bytes or None, mode)} and the notes for step `state`: deploy and swap take the lock
+    (`take`: deploy only when there is a change to gate), commit and restore need it to change anything
+    (`writes`: they would) and give it back, release gives it back when it is this run's (run() has refused
+    another live run's lock already)."""
+    status = lock_state(lock, token, now)
+    notes = []
+    if status == "stale" and state in ("deploy", "swap"):
+        notes.append("%s the stale deployment lock of instance %s: %s, and did not commit, restore or "
+                     "release it before %s" % ("took over" if take else "removed", paths.name,
+                                               describe_lock(lock), _when(lock["expires"])))
+    unheld = status != "ours" and not (check_mode and status == "free")
+    if state in ("commit", "restore") and writes and unheld:
+        why = ("it is free: this run's deploy did not take it, or the lock was removed" if status == "free"
+               else "it is held by %s, past its deadline" % describe_lock(lock))
+        raise DeploymentError(
+            "this run (%s) does not hold the deployment lock of instance %s (%s): the instance's files may "
+            "be another run's now. Nothing was changed; the change stays pending (before.* in %s) and the "
+            "next run of role serving gates it and commits or restores it"
+            % (token, paths.name, why, paths.dir))
+    if state == "release" and status == "held":
+        notes.append("the deployment lock of instance %s is held by %s, not by this run: left alone"
+                     % (paths.name, describe_lock(lock)))
+    if take:
+        return {paths.slot(LOCK): (new_lock(token, holder, timeout, state, now), RECORD_MODE)}, notes
+    if status == "ours" or (status == "stale" and state == "deploy"):   # deploy: nothing to gate
+        return {paths.slot(LOCK): (None, RECORD_MODE)}, notes
+    return {}, notes
+
+
 # --- the one mechanism that writes -----------------------------------------------------------------------
 
 def _owner():
@@ -302,16 +473,10 @@ def _owner():
     return (0, 0) if os.geteuid() == 0 else None
 
 
-def _stage(path, data, mode, dir_of):
-    """`data` written and synced to a temporary name beside `path`; returns that name."""
+def _stage(path, data, mode):
+    """`data` written and synced to a temporary name beside `path`; returns that name. (The instance
+    directory is there: deploy creates it, open_instance_dir.)"""
     directory = os.path.dirname(path)
-    if directory == dir_of and not os.path.isdir(directory):
-        # the deployments directory as any other under /var/lib; the instance's own root only (secrets)
-        parent = os.path.dirname(directory)
-        if not os.path.isdir(parent):
-            os.makedirs(parent, 0o755)
-        os.mkdir(directory, DIR_MODE)
-        os.chmod(directory, DIR_MODE)
     fd, temp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
     try:
         os.fchmod(fd, mode)
@@ -330,14 +495,14 @@ def _stage(path, data, mode, dir_of):
     return temp
 
 
-def apply(writes, instance_dir, check_mode=False, _rename=os.rename):
+def apply(writes, check_mode=False, _rename=os.rename):
     """Carry out a step's writes ({path: (bytes or None, mode)}): every new file staged first, then renamed
     into place; removals last. Returns the sorted paths that change. A staging failure removes the staged
     files and leaves everything as it was; a failed rename puts back what it had replaced."""
     changes = {}
     for path, (data, mode) in writes.items():
         old = read_file(path)
-        if old != data:
+        if old != data or (data is not None and not _mode_and_owner_are(path, mode)):
             changes[path] = (data, mode, old)
     if check_mode or not changes:
         return sorted(changes)
@@ -345,7 +510,7 @@ def apply(writes, instance_dir, check_mode=False, _rename=os.rename):
     try:
         for path, (data, mode, _old) in sorted(changes.items()):
             if data is not None:
-                staged[path] = _stage(path, data, mode, instance_dir)
+                staged[path] = _stage(path, data, mode)
     except (OSError, IOError) as exc:
         for temp in staged.values():
             _unlink(temp)
@@ -366,7 +531,7 @@ def apply(writes, instance_dir, check_mode=False, _rename=os.rename):
                 _unlink(path)
             else:
                 try:
-                    os.rename(_stage(path, old, mode, instance_dir), path)
+                    os.rename(_stage(path, old, mode), path)
                 except (OSError, IOError):
                     pass
         raise DeploymentError("nothing was changed: renaming into %s failed (%s); the files it had "
@@ -377,6 +542,13 @@ def apply(writes, instance_dir, check_mode=False, _rename=os.rename):
     return sorted(changes)
 
 
+def _mode_and_owner_are(path, mode):
+    """Whether regular file `path` has `mode` and the owner this run writes with (root: root)."""
+    st = os.lstat(path)
+    owner = _owner()
+    return stat.S_IMODE(st.st_mode) == mode and (owner is None or (st.st_uid, st.st_gid) == owner)
+
+
 def _unlink(path):
     try:
         os.unlink(path)
@@ -384,11 +556,76 @@ def _unlink(path):
         pass
 
 
+# --- the instance directory: never a link, one step at a time ----------------------------------------------
+
+def instance_dir_stat(paths):
+    """lstat of the instance directory (None when there is none); refuses anything but a directory."""
+    try:
+        st = os.lstat(paths.dir)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise DeploymentError("cannot read %s: %s" % (paths.dir, exc.strerror or exc)) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise DeploymentError(
+            "the deployment directory of instance %s, %s, is %s: the lifecycle keeps secrets there and never "
+            "follows or replaces one. Replace it with a directory (root, 0700) holding the files it pointed "
+            "to, and run again" % (paths.name, paths.dir, "a symbolic link" if stat.S_ISLNK(st.st_mode)
+                                   else "not a directory"))
+    return st
+
+
+def open_instance_dir(paths, create, check_mode=False):
+    """(fd, repaired) of the instance directory, opened without following a link (O_NOFOLLOW: a link put
+    there after the check is refused too) and flock'd for this step, so that two steps on one instance
+    never interleave their reads and writes; its mode and owner repaired (`repaired`: they were not root's
+    0700). (None, False) when there is none and `create` is false."""
+    if instance_dir_stat(paths) is None:
+        if not create:
+            return None, False
+        if not os.path.isdir(paths.root):
+            os.makedirs(paths.root, 0o755)      # the deployments directory as any other under /var/lib
+        try:
+            os.mkdir(paths.dir, DIR_MODE)
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:
+                raise DeploymentError("cannot create %s: %s" % (paths.dir, exc.strerror or exc)) from None
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(paths.dir, flags)
+    except OSError as exc:
+        instance_dir_stat(paths)                # a link or a file put there since: its own message
+        raise DeploymentError("cannot open %s: %s" % (paths.dir, exc.strerror or exc)) from None
+    try:
+        deadline = time.time() + GUARD_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except (IOError, OSError) as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.time() > deadline:
+                    raise DeploymentError("another step of the deployment lifecycle on instance %s has held "
+                                          "%s for %d s: run again when it has finished"
+                                          % (paths.name, paths.dir, GUARD_WAIT)) from None
+                time.sleep(0.05)
+        st = os.fstat(fd)
+        owner = _owner()
+        repaired = stat.S_IMODE(st.st_mode) != DIR_MODE or bool(owner and (st.st_uid, st.st_gid) != owner)
+        if repaired and not check_mode:
+            os.fchmod(fd, DIR_MODE)
+            if owner:
+                os.fchown(fd, owner[0], owner[1])
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, repaired
+
+
 # --- the steps, planned and carried out --------------------------------------------------------------------
 
 def run(state, root, name=None, unit_file=None, env_file=None, unit_content=None, env_content=None,
         keep_failed_unit=None, record=None, unrecorded_record=None, unit_changed=False, env_changed=False,
-        check_mode=False):
+        lock_token=None, lock_holder=None, lock_timeout=LOCK_TIMEOUT, check_mode=False, _now=time.time):
     """One lifecycle step; returns the module's result (without the content of any env file)."""
     if state not in STATES:
         raise DeploymentError("state must be one of %s, got %r" % (", ".join(STATES), state))
@@ -397,12 +634,34 @@ def run(state, root, name=None, unit_file=None, env_file=None, unit_content=None
     if state == "query":
         return {"changed": False, "dir": root, "records": query(root, name)}
     paths = Paths(root, name, unit_file, env_file)
-    need = {"deploy": ("unit_file", "env_file"), "restore": ("unit_file", "env_file"),
-            "commit": ("unit_file", "env_file"), "swap": ("unit_file", "env_file")}[state]
-    for option in need:
-        if getattr(paths, option) is None:
-            raise DeploymentError("state %s needs %s" % (state, option))
-    result = {"dir": root, "instance_dir": paths.dir}
+    if state != "release":
+        for option in ("unit_file", "env_file"):
+            if getattr(paths, option) is None:
+                raise DeploymentError("state %s needs %s" % (state, option))
+    check_run(lock_token, lock_holder, lock_timeout)
+    fd, dir_repaired = open_instance_dir(paths, create=state == "deploy" and not check_mode,
+                                         check_mode=check_mode)
+    try:
+        result = _step(state, paths, unit_content, env_content, keep_failed_unit, record, unrecorded_record,
+                       unit_changed, env_changed, lock_token, lock_holder, lock_timeout, check_mode,
+                       read_lock(paths) if fd is not None else None, _now())
+    finally:
+        if fd is not None:
+            os.close(fd)
+    if dir_repaired:
+        result["files"] = sorted(result["files"] + [paths.dir])
+        result["changed"] = True
+    return result
+
+
+def _step(state, paths, unit_content, env_content, keep_failed_unit, record, unrecorded_record, unit_changed,
+          env_changed, token, holder, timeout, check_mode, lock, now):
+    """run()'s step under the instance directory's flock: `lock` is the lock record as it is now."""
+    if lock_state(lock, token, now) == "held" and state != "release":
+        # first: another run's unfinished change would otherwise be the reason given
+        raise held_error(paths, lock, state)
+    result = {"dir": paths.root, "instance_dir": paths.dir}
+    take = state == "swap"
     if state == "deploy":
         if not isinstance(unit_content, str):
             raise DeploymentError("state deploy needs unit_content (the unit's text)")
@@ -411,6 +670,7 @@ def run(state, root, name=None, unit_file=None, env_file=None, unit_content=None
         result.update(unit_changed=plan["unit_changed"], env_changed=plan["env_changed"],
                       rollback=plan["rollback"], commit_needed=plan["commit_needed"],
                       previous=plan["previous"])
+        take = plan["commit_needed"]
     elif state == "restore":
         if keep_failed_unit is not None and not os.path.isabs(keep_failed_unit):
             raise DeploymentError("keep_failed_unit must be an absolute path, got %r" % (keep_failed_unit,))
@@ -419,13 +679,23 @@ def run(state, root, name=None, unit_file=None, env_file=None, unit_content=None
     elif state == "commit":
         plan = plan_commit(paths, record, unrecorded_record, unit_changed, env_changed)
         result.update(previous=plan["previous"])
-    else:
+    elif state == "swap":
         plan = plan_swap(paths)
         result.update(record=plan["record"], previous_record=plan["previous_record"])
-    changed = apply(plan["writes"], paths.dir, check_mode=check_mode)
+    else:
+        plan = {"writes": {}}
+    lock_writes, notes = plan_lock(paths, state, token, holder, timeout, lock, now, take,
+                                   bool(apply(plan["writes"], check_mode=True)), check_mode)
+    writes = dict(plan["writes"])
+    writes.update(lock_writes)
+    changed = [path for path in apply(writes, check_mode=check_mode) if path != paths.slot(LOCK)]
     result["changed"] = bool(changed)
     # which files change, by path; an env file is named, never shown
     result["files"] = changed
+    # whether this run holds the instance's lock after the step (deploy and swap: until commit, restore or
+    # release); the lock itself is not a change of the instance
+    result["locked"] = take
+    result["notes"] = notes
     if plan.get("diff") is not None and paths.unit_file in changed:
         result["diff"] = plan["diff"]
     return result

@@ -11,21 +11,31 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: deployment
-short_description: Deploy, restore, commit, swap or list a serving instance's unit, env file and record
+short_description: The deployment lifecycle of a serving instance's unit, env file and record
 author:
   - llmops.serving developers (@llmops)
 version_added: "0.7.0"
 description:
   - The deployment lifecycle of one serving instance (role C(llmops.serving.serving)'s health gate and role
     C(llmops.serving.fleet)'s rollback) - its live systemd unit and environment file, and beside them
-    C(<dir>/<name>/) (root 0700) with C(current.json), C(previous.service), C(previous.env),
-    C(previous.json), and C(before.service)/C(before.env) while a change waits for its health gate.
+    C(<dir>/<name>/) (root 0700, never a symbolic link) with C(current.json), C(previous.service),
+    C(previous.env), C(previous.json), C(before.service)/C(before.env) while a change waits for its health
+    gate, and C(lock.json) while a run holds the instance.
   - V(deploy) writes O(unit_content) to O(unit_file) and O(env_content) to O(env_file) (root 0600) when they
     differ; the files they replace are kept as C(before.*). V(restore) puts C(before.*) back (a change
     that failed its health gate) and keeps the failed unit as O(keep_failed_unit). V(commit) makes
     C(before.*) the previous deployment and writes C(current.json) from O(record) (the change is healthy).
     V(swap) exchanges the live unit, env file and record with the previous ones (a failed smoke check,
-    C(playbooks/rollback.yml)). V(query) lists the records and changes nothing.
+    C(playbooks/rollback.yml)); it refuses, keeping the current unit live, when C(previous.service) is not
+    the unit C(previous.json) records (its SHA-256) or the live unit is not the one C(current.json) records.
+    V(release) gives the lock back. V(query) lists the records and changes nothing.
+  - The lock - deploy, restart, health gate and commit or restore are several module calls, so the run that
+    makes them holds the instance in C(lock.json) (O(lock_token), O(lock_holder), when it took the lock and
+    when it turns stale, O(lock_timeout) later). V(deploy) (when there is a change to gate) and V(swap) take
+    it; V(commit) and V(restore) need it and give it back; V(release) gives it back. Another run's lock
+    refuses the step, changing nothing, with a message naming that run and how to clear the lock; a stale
+    one (past its deadline) is taken over with a warning.
+  - Every write repairs a file's mode and owner (the env file root 0600) even when its content is the same.
   - Every step writes each new file to a temporary name beside it and renames them all into place only when
     all are written - a step that fails leaves the files as they were.
   - The content of an environment file is never returned or shown in a diff; the diff shows the unit.
@@ -36,7 +46,7 @@ options:
       - The lifecycle step.
     type: str
     required: true
-    choices: [deploy, restore, commit, swap, query]
+    choices: [deploy, restore, commit, swap, release, query]
   dir:
     description:
       - The deployments directory, one subdirectory per instance (role serving's C(serving_deployments_dir)).
@@ -86,6 +96,23 @@ options:
       - For O(state=commit) - whether V(deploy) changed the environment file in this run (RV(env_changed)).
     type: bool
     default: false
+  lock_token:
+    description:
+      - This run's token, the same for every step of one run of a play (role serving passes the filter
+        C(llmops.serving.fleet_deployment_run)'s C(token)) - 8 to 128 letters, digits, C(.), C(_), C(:)
+        or C(-). Required unless O(state=query).
+    type: str
+  lock_holder:
+    description:
+      - Who this run is (the play, the user and the controller), written into the lock for the messages of
+        another run it refuses. One line.
+    type: str
+  lock_timeout:
+    description:
+      - Seconds after which a lock this step takes counts as stale (the run that took it is gone) and the next
+        run takes it over. Longer than the restart, health gate and rollback it covers.
+    type: int
+    default: 3600
 attributes:
   check_mode:
     support: full
@@ -98,6 +125,12 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
+# One token for every step of this run: made once and kept (a variable would be a new token each time)
+- name: Name this run for the deployment locks
+  ansible.builtin.set_fact:
+    qwen_run: "{{ ansible_play_name | llmops.serving.fleet_deployment_run }}"
+  when: qwen_run is not defined
+
 - name: The lifecycle of instance qwen (what role serving and playbooks/rollback.yml do)
   module_defaults:
     llmops.serving.deployment:
@@ -105,10 +138,13 @@ EXAMPLES = r"""
       name: qwen
       unit_file: /etc/systemd/system/llama-server-qwen.service
       env_file: /etc/llama-server/qwen.env
+      lock_token: "{{ qwen_run.token }}"
+      lock_holder: "{{ qwen_run.holder }}"
   block:
     - name: Write the unit and env file (the replaced ones are kept until the instance is healthy)
       llmops.serving.deployment:
         state: deploy
+        lock_timeout: 2400
         unit_content: "{{ lookup('ansible.builtin.template', 'serving.service.j2') }}"
         env_content: "{{ lookup('ansible.builtin.template', 'serving.env.j2') }}"
       register: deployed
@@ -124,7 +160,7 @@ EXAMPLES = r"""
         env_changed: "{{ deployed.env_changed }}"
       when: deployed.commit_needed
 
-    - name: Later, when a smoke check fails - swap the previous deployment back in
+    - name: Later, when a smoke check fails - swap the previous deployment back in (this run holds it then)
       llmops.serving.deployment:
         state: swap
       when: qwen_smoke_failed | default(false)
@@ -133,6 +169,10 @@ EXAMPLES = r"""
       llmops.serving.deployment:
         state: restore
         keep_failed_unit: /var/lib/llmops/deployments/qwen/failed.service
+  always:
+    - name: Give the lock back (a no-op when commit or restore did)
+      llmops.serving.deployment:
+        state: release
 
 - name: List the records of every instance
   llmops.serving.deployment:
@@ -173,6 +213,16 @@ restored:
   returned: O(state=restore)
   type: list
   elements: str
+locked:
+  description: Whether this run holds the instance's lock after the step (V(deploy) with a change to gate,
+    V(swap)); the lock is not counted as a change.
+  returned: unless O(state=query)
+  type: bool
+notes:
+  description: What the step did about another run's lock (a stale one taken over), also printed as warnings.
+  returned: unless O(state=query)
+  type: list
+  elements: str
 failed_unit:
   description: Where the failed unit is kept (O(keep_failed_unit)), when something was restored.
   returned: O(state=restore)
@@ -207,7 +257,7 @@ from ansible_collections.llmops.serving.plugins.module_utils import deployment  
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(
-    state=dict(type="str", required=True, choices=["deploy", "restore", "commit", "swap", "query"]),
+    state=dict(type="str", required=True, choices=list(deployment.STATES)),
     dir=dict(type="path", required=True),
     name=dict(type="str"),
     unit_file=dict(type="path"),
@@ -219,11 +269,15 @@ ARGUMENT_SPEC = dict(
     unrecorded_record=dict(type="dict"),
     unit_changed=dict(type="bool", default=False),
     env_changed=dict(type="bool", default=False),
+    lock_token=dict(type="str"),
+    lock_holder=dict(type="str"),
+    lock_timeout=dict(type="int", default=deployment.LOCK_TIMEOUT),
 )
-REQUIRED_IF = [("state", "deploy", ("name", "unit_file", "env_file", "unit_content")),
-               ("state", "restore", ("name", "unit_file", "env_file")),
-               ("state", "commit", ("name", "unit_file", "env_file", "record")),
-               ("state", "swap", ("name", "unit_file", "env_file"))]
+REQUIRED_IF = [("state", "deploy", ("name", "unit_file", "env_file", "unit_content", "lock_token")),
+               ("state", "restore", ("name", "unit_file", "env_file", "lock_token")),
+               ("state", "commit", ("name", "unit_file", "env_file", "record", "lock_token")),
+               ("state", "swap", ("name", "unit_file", "env_file", "lock_token")),
+               ("state", "release", ("name", "lock_token"))]
 
 
 def main():
@@ -238,9 +292,12 @@ def _run(module):
                             env_content=p["env_content"], keep_failed_unit=p["keep_failed_unit"],
                             record=p["record"], unrecorded_record=p["unrecorded_record"],
                             unit_changed=p["unit_changed"], env_changed=p["env_changed"],
-                            check_mode=module.check_mode)
+                            lock_token=p["lock_token"], lock_holder=p["lock_holder"],
+                            lock_timeout=p["lock_timeout"], check_mode=module.check_mode)
     if not module._diff:
         result.pop("diff", None)
+    for note in result.get("notes") or ():
+        module.warn(note)
     module.exit_json(**result)
 
 

@@ -11,14 +11,21 @@ back, and the summary of a rolling update.
     host_servers(host, hostvars, gateway_fact=)    -> [{backend, server, instance}] of `host` at the gateway
     rollback_selection(records, instance=, host=, directory=) -> the instances to put back (or a refusal)
     summary(hosts, hostvars)                       -> {updated, unchanged, failed, untouched, lines}
+    deployment_run(play_name)                      -> {token, holder} of this run, for the deployment locks
 
 Controller-only (plugin_utils), plain Python, unit-tested by tests/unit/plugins/plugin_utils/test_rollout.py;
 roles serving and fleet reach it through plugins/filter/fleet.py.
 """
 from __future__ import absolute_import, division, print_function
 
+import getpass
 import hashlib
 import json
+import os
+import re
+import socket
+import time
+import uuid
 
 from ansible_collections.llmops.serving.plugins.plugin_utils.gateway_config import gateway_names
 from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import served_name
@@ -43,6 +50,24 @@ FINGERPRINT_FIELDS = ("engine", "mode", "binary", "image", "container_entrypoint
 
 class RolloutError(ServingError):
     """A rollback or rolling update cannot go on; the message says why."""
+
+
+def deployment_run(play_name=None, _now=None):
+    """{token, holder} of this run of a play: the token every step of the deployment lifecycle of this run
+    passes (module deployment's lock_token: the lock of an instance is this run's from deploy to commit or
+    restore), and who the run is, for the message that refuses another run (lock_holder). Made once per run
+    (role serving keeps it in a fact): each call is a new run."""
+    now = time.time() if _now is None else _now
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):     # no name for this uid (a container)
+        user = "uid %d" % os.getuid() if hasattr(os, "getuid") else "?"
+    holder = "play '%s' started %s by %s on controller %s" % (
+        str(play_name or "?")[:120], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), user,
+        socket.gethostname())
+    # one line of at most 300 characters: what module deployment writes into the lock (lock_holder)
+    return {"token": "%s-%s" % (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)), uuid.uuid4().hex[:16]),
+            "holder": re.sub(r"[\x00-\x1f\x7f]+", " ", holder)[:300]}
 
 
 def deployment_record(plan, unit_checksum=None, time=None, health_timeout=None):

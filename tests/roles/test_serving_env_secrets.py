@@ -454,3 +454,72 @@ def test_a_healthy_change_is_committed_after_the_gate():
     (include,) = [t for t in instance if "record.yml" in str(t.get("ansible.builtin.include_tasks"))]
     assert instance.index(include) == len(instance) - 1
 
+
+
+# --- the deployment lock: every step of one run passes that run's token (issue 34) --------------------------
+
+FLEET = os.path.join(os.path.dirname(ROLE), "fleet")
+
+
+def test_every_lifecycle_step_passes_this_runs_token():
+    """deploy (instance.yml), restore (rollback.yml), commit (record.yml), release (instance.yml's rescue)
+    and query/swap/release for role fleet and playbooks/rollback.yml (deployment.yml): one token per run."""
+    steps = {}
+    for name in ("instance.yml", "rollback.yml", "record.yml", "deployment.yml"):
+        for task in _flatten(tasks_of(name)):
+            if "llmops.serving.deployment" in task:
+                args = task["llmops.serving.deployment"]
+                assert args["lock_token"] == "{{ _serving_run.token }}", (name, task["name"])
+                steps.setdefault(name, []).append(args["state"])
+    assert steps == {"instance.yml": ["deploy", "release"], "rollback.yml": ["restore"],
+                     "record.yml": ["commit"], "deployment.yml": ["{{ _serving_deployment_step }}"]}
+    # the steps that take the lock say who holds it and for how long
+    for name, state in (("instance.yml", "deploy"), ("deployment.yml", "{{ _serving_deployment_step }}")):
+        args = lifecycle_steps(name)[state]["llmops.serving.deployment"]
+        assert args["lock_holder"] == "{{ _serving_run.holder }}"
+        assert args["lock_timeout"] == "{{ _serving_lock_timeout }}"
+
+
+def test_the_run_is_named_once_before_any_step():
+    (named,) = tasks_of("run.yml")
+    assert named["ansible.builtin.set_fact"]["_serving_run"] == \
+        "{{ ansible_play_name | llmops.serving.fleet_deployment_run }}"
+    assert named["when"] == "_serving_run is not defined"          # kept: the same token for the whole run
+    for name, before in (("main.yml", "Deploy each instance"), ("deployment.yml", "Carry out a step")):
+        names = [t.get("name", "") for t in tasks_of(name)]
+        imported = [i for i, t in enumerate(tasks_of(name))
+                    if t.get("ansible.builtin.import_tasks") == "run.yml"]
+        assert imported and imported[0] < [i for i, n in enumerate(names) if n.startswith(before)][0]
+
+
+def test_a_failed_gate_gives_the_lock_back_after_its_rollback():
+    """restore gives it back itself; without a restore (serving_rollback false, a first deployment) the
+    release does, before the failure ends the host."""
+    block = [t for t in tasks_of("instance.yml") if "rescue" in t][0]
+    names = [t["name"] for t in block["rescue"]]
+    release = [i for i, n in enumerate(names) if n.startswith("Release the deployment lock")]
+    rollback = [i for i, n in enumerate(names) if n.startswith("Roll back to the previous unit")]
+    report = [i for i, n in enumerate(names) if n.startswith("Report why")]
+    assert release and rollback[0] < release[0] < report[0]
+    assert "when" not in block["rescue"][release[0]]
+
+
+def test_the_fleets_swap_is_released_whatever_happens():
+    tasks = load_yaml(os.path.join(FLEET, "tasks", "restore.yml"))
+    swap = [t for t in tasks if (t.get("vars") or {}).get("_serving_deployment_step") == "swap"]
+    (block,) = [t for t in tasks if "block" in t]
+    assert swap and tasks.index(swap[0]) < tasks.index(block)      # a refused swap took no lock
+    (release,) = block["always"]
+    assert release["vars"] == {"_serving_deployment_step": "release",
+                               "_serving_deployment_instance": "{{ _fleet_instance }}"}
+
+
+@pytest.mark.parametrize("scope, want", [
+    ({"_serving_item": {"engine": "vllm"}}, 2 * (1800 + 90) + 600),
+    ({"_serving_item": {"engine": "llama.cpp"}}, 2 * (900 + 90) + 600),
+    ({"_serving_deployment_record": {"health_timeout": 300}}, 2 * (300 + 90) + 600),
+    ({}, 2 * (1800 + 90) + 600),                       # a query or release: the longest gate
+])
+def test_the_lock_outlasts_a_restart_the_gate_and_a_rollback(scope, want):
+    defaults = load_yaml(os.path.join(ROLE, "defaults", "main.yml"))
+    assert int(_template("{{ _serving_lock_timeout }}", **dict(defaults, **scope))) == want

@@ -2,13 +2,17 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """llmops.serving.deployment run as Ansible runs it: check mode and diff, the env file never shown, a
-refusal as one clear failure."""
+refusal as one clear failure, another run's lock, a stale lock taken over as a warning."""
 
 import json
 
-from tests.helpers import run_module_file
+import yaml
+from ansible_collections.llmops.serving.plugins.modules import deployment
+
+from tests.helpers import module_doc, run_module_file
 
 SECRET = "hf-module-secret-2c9e"
+RUN_A, RUN_B = "20261205T100000Z-aaaaaaaaaaaaaaaa", "20261205T100500Z-bbbbbbbbbbbbbbbb"
 
 
 def args(tmp_path, **over):
@@ -16,7 +20,7 @@ def args(tmp_path, **over):
     out = {"state": "deploy", "dir": str(tmp_path / "deployments"), "name": "q",
            "unit_file": str(tmp_path / "systemd" / "q.service"), "env_file": str(tmp_path / "q.env"),
            "unit_content": "[Service]\nEnvironmentFile=/q.env\nExecStart=/bin/true\n",
-           "env_content": "HF_TOKEN=%s\n" % SECRET}
+           "env_content": "HF_TOKEN=%s\n" % SECRET, "lock_token": RUN_A}
     out.update(over)
     return out
 
@@ -37,6 +41,7 @@ def test_deploy_then_commit_then_nothing_changes(tmp_path):
     record = {"name": "q", "unit": "q.service"}
     committed = run_module_file(tmp_path, "deployment", args(tmp_path, state="commit", record=record,
                                                              unit_changed=True, env_changed=True))
+    assert committed["locked"] is False
     assert committed["changed"] is True and committed["previous"] is False
     assert run_module_file(tmp_path, "deployment", args(tmp_path))["changed"] is False
     records = run_module_file(tmp_path, "deployment",
@@ -47,3 +52,43 @@ def test_deploy_then_commit_then_nothing_changes(tmp_path):
 def test_swap_without_a_previous_deployment_fails_clearly(tmp_path):
     result = run_module_file(tmp_path, "deployment", args(tmp_path, state="swap"))
     assert result["failed"] is True and "instance q has no deployment record" in result["msg"]
+
+
+def test_another_runs_deploy_is_refused_until_the_first_commits_and_a_stale_lock_is_a_warning(tmp_path):
+    deployed = run_module_file(tmp_path, "deployment",
+                               dict(args(tmp_path), lock_holder="play 'serve' by alice"))
+    assert deployed["locked"] is True
+    refused = run_module_file(tmp_path, "deployment", args(tmp_path, lock_token=RUN_B, env_content="X=1\n"))
+    assert refused["failed"] is True
+    assert "instance q is locked by play 'serve' by alice (run %s)" % RUN_A in refused["msg"]
+    assert (tmp_path / "q.env").read_text() == "HF_TOKEN=%s\n" % SECRET
+    # the lock without a deadline left: stale, taken over with a warning
+    lock = tmp_path / "deployments" / "q" / "lock.json"
+    record = json.loads(lock.read_text())
+    lock.write_text(json.dumps(dict(record, expires=record["taken"])))
+    taken = run_module_file(tmp_path, "deployment", args(tmp_path, lock_token=RUN_B, env_content="X=1\n"))
+    assert taken["changed"] is True and taken["locked"] is True
+    assert any("took over the stale deployment lock of instance q" in w for w in taken["warnings"])
+    released = run_module_file(tmp_path, "deployment", {"state": "release", "name": "q", "lock_token": RUN_B,
+                                                         "dir": str(tmp_path / "deployments")})
+    assert released["locked"] is False and not lock.exists()
+
+
+def test_a_step_without_the_runs_token_fails_clearly(tmp_path):
+    result = run_module_file(tmp_path, "deployment", dict(args(tmp_path), lock_token=None))
+    assert result["failed"] is True and "lock_token" in result["msg"]
+    assert not (tmp_path / "q.env").exists()
+
+
+def test_documentation_matches_the_argument_spec():
+    doc = module_doc(deployment)
+    spec = deployment.ARGUMENT_SPEC
+    assert sorted(doc["options"]) == sorted(spec)
+    for name, option in doc["options"].items():
+        assert option["type"] == spec[name]["type"], name
+        assert option.get("default") == spec[name].get("default"), name
+        assert option.get("choices") == spec[name].get("choices"), name
+    assert doc["options"]["state"]["choices"] == list(deployment.deployment.STATES)
+    assert {"locked", "notes"} <= set(yaml.safe_load(deployment.RETURN))
+    examples = yaml.safe_load(deployment.EXAMPLES)
+    assert examples[0]["ansible.builtin.set_fact"]["qwen_run"].endswith("fleet_deployment_run }}")

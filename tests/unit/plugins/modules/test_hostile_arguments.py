@@ -185,7 +185,8 @@ def _working(name, root):
     return {
         "deployment": {"state": "deploy", "dir": os.path.join(root, "deployments"), "name": "q",
                        "unit_file": os.path.join(root, "q.service"), "env_file": env_file,
-                       "unit_content": "[Service]\n", "env_content": "KEY=sk-abc\n"},
+                       "unit_content": "[Service]\n", "env_content": "KEY=sk-abc\n",
+                       "lock_token": "20261205T100000Z-aaaaaaaaaaaaaaaa"},
         "disk_space_info": {"writes": [{"path": root, "bytes": 1024, "label": "m"}], "reserve": "1GiB"},
         "firewall_ports": {"owner": "llmops", "ports": ["8000/tcp"], "sources": ["10.0.0.0/8"],
                            "record_dir": os.path.join(root, "fw"), "firewall_cmd": fifo},

@@ -152,3 +152,21 @@ def test_fingerprint_of_a_real_plan_follows_its_settings_and_is_in_the_instance_
         != rollout.deployment_fingerprint(base)
     with pytest.raises(rollout.RolloutError, match="needs an instance plan"):
         rollout.deployment_fingerprint(None)
+
+
+def test_deployment_run_is_a_new_token_per_run_that_module_deployment_accepts():
+    """The token and holder role serving passes to every step of the deployment lifecycle (tasks/run.yml):
+    what the module checks them against (deployment.TOKEN_RE, HOLDER_RE), a new token on each call."""
+    from ansible_collections.llmops.serving.plugins.module_utils import deployment
+
+    first = FILTERS["fleet_deployment_run"]("Serve the models", _now=1_800_000_000)
+    second = FILTERS["fleet_deployment_run"]("Serve the models", _now=1_800_000_000)
+    assert first["token"] != second["token"]
+    assert first["token"].startswith("20270115T080000Z-")
+    assert deployment.TOKEN_RE.fullmatch(first["token"])
+    assert first["holder"].startswith("play 'Serve the models' started 2027-01-15T08:00:00Z by ")
+    deployment.check_run(first["token"], first["holder"], 600)
+    # a play name with line breaks or of any length is still one line the lock accepts
+    odd = rollout.deployment_run("a\nb\x1b" + "x" * 400)
+    assert "\n" not in odd["holder"] and len(odd["holder"]) <= 300
+    deployment.check_run(odd["token"], odd["holder"], 600)
