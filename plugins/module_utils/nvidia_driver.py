@@ -12,6 +12,8 @@ at three moments, and only carries out the answer: ``action`` is ``none``, ``ins
    reports exactly the wanted version (``nvidia_driver_version``) the action is ``none`` and the role
    changes nothing. Anything else (another version, no nvidia-smi, a broken driver) is ``install``: kernel
    headers, nouveau blacklist, packages or runfile, version locks, nvidia-persistenced (tasks/install.yml).
+   Packages are never installed over a driver that NVIDIA's .run installer put on the node: the install plan
+   also carries ``runfile_action`` (module_utils/nvidia_runfile.py, by nvidia_driver_runfile_policy).
 2. ``before_installer`` (tasks/runfile.yml, runfile method only). The NVIDIA installer refuses to run while
    nouveau is loaded: ``reboot`` (nouveau is blacklisted by then, so it stays away after the reboot).
    When ``modinfo`` already finds the wanted module on disk the runfile was installed earlier: ``none``.

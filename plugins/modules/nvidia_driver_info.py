@@ -25,6 +25,10 @@ description:
   - When the plan is a reboot, also whether the play may carry it out by O(reboot_policy) (RV(reboot),
     RV(reboot_blockers)); for V(auto) it reads the processes that hold NVIDIA device nodes open
     (C(<proc_root>/<pid>/fd)) and takes the running units from O(running_units).
+  - In the V(detect) stage, when the plan is an install, also whether a driver installed with NVIDIA's C(.run)
+    installer is on the node (C(/usr/bin/nvidia-uninstall), driver files that no package owns by C(rpm -qf) or
+    C(dpkg -S), C(/var/log/nvidia-installer.log)) and what the role does about it by O(runfile_policy)
+    (RV(runfile_action), RV(runfile_message)); the story is in C(plugins/module_utils/nvidia_runfile.py).
   - Read-only; never changes the host.
 options:
   wanted_version:
@@ -82,9 +86,29 @@ options:
     default: []
   proc_root:
     description:
-      - Where procfs is mounted. Only a test harness points it elsewhere.
+      - Where procfs is mounted (the running kernel is C(<proc_root>/sys/kernel/osrelease)). Only a test
+        harness points it elsewhere.
     type: path
     default: /proc
+  install_method:
+    description:
+      - C(nvidia_driver_install_method). Packages (V(repo), V(distro)) are never installed over a runfile
+        driver; the runfile method replaces one itself.
+    type: str
+    choices: [repo, distro, runfile]
+    default: repo
+  runfile_policy:
+    description:
+      - C(nvidia_driver_runfile_policy) - what an install of packages does about a runfile driver on the node.
+        V(refuse) stops with what to do; V(uninstall) runs C(nvidia-uninstall --silent) first.
+    type: str
+    choices: [refuse, uninstall]
+    default: refuse
+  root:
+    description:
+      - Where the node's root filesystem is, for the runfile files. Only a test harness points it elsewhere.
+    type: path
+    default: /
 seealso:
   - module: llmops.serving.gpu_facts
 extends_documentation_fragment:
@@ -184,7 +208,29 @@ busy_units:
   returned: always
   type: list
   elements: str
+runfile:
+  description:
+    - V(detect) stage with an install plan - what the node says about a runfile install (installed, version,
+      dkms, uninstaller, unowned, module_kernels, evidence); empty otherwise.
+  returned: always
+  type: dict
+  sample: {"installed": true, "version": "550.54.14", "dkms": false, "uninstaller": true,
+           "unowned": ["/usr/lib64/libcuda.so.550.54.14"], "module_kernels": ["3.10.0-1160.el7.x86_64"],
+           "evidence": ["/usr/bin/nvidia-uninstall is there (the runfile installs it; an uninstall removes
+                         it)"]}
+runfile_action:
+  description: What the role does about a runfile driver before installing packages.
+  returned: always
+  type: str
+  choices: [none, refuse, uninstall]
+  sample: refuse
+runfile_message:
+  description: Why, and what to do (empty for V(none)).
+  returned: always
+  type: str
 """
+
+import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
@@ -197,6 +243,12 @@ from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver impor
     read_nouveau_loaded,
     reboot_decision,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.nvidia_runfile import (  # noqa: E402
+    RUNFILE_POLICIES,
+    package_owner,
+    read_runfile_install,
+    runfile_plan,
+)
 
 
 def installed_module_version(module):
@@ -205,6 +257,30 @@ def installed_module_version(module):
         return ""
     rc, out, _err = module.run_command([modinfo, "-F", "version", "nvidia"])
     return out.strip() if rc == 0 else ""
+
+
+def owner_lookup(module, root):
+    """node path -> owning package ('' when none owns it), by dpkg -S where dpkg is, else rpm -qf; None when
+    the node has neither (then no file counts as the runfile's)."""
+    dpkg = module.get_bin_path("dpkg")
+    rpm = None if dpkg else module.get_bin_path("rpm")
+    if not (dpkg or rpm):
+        return None
+
+    def owner(path):
+        argv = [dpkg, "-S", path] if dpkg else [rpm, "-qf", path]
+        rc, out, _err = module.run_command(argv)
+        return package_owner(rc, out)
+    # A fake root (test harness) asks the fake tools about its own paths.
+    return owner if root == "/" else (lambda path: owner(os.path.join(root, path.lstrip("/"))))
+
+
+def running_kernel(proc_root):
+    try:
+        with open(os.path.join(proc_root, "sys", "kernel", "osrelease")) as handle:
+            return handle.read().strip()
+    except (IOError, OSError):
+        return ""
 
 
 ARGUMENT_SPEC = dict(
@@ -217,6 +293,9 @@ ARGUMENT_SPEC = dict(
     busy_units=dict(type="list", elements="str", default=[]),
     ignore_processes=dict(type="list", elements="str", default=[]),
     proc_root=dict(type="path", default="/proc"),
+    install_method=dict(type="str", choices=["repo", "distro", "runfile"], default="repo"),
+    runfile_policy=dict(type="str", choices=list(RUNFILE_POLICIES), default="refuse"),
+    root=dict(type="path", default="/"),
 )
 
 
@@ -226,7 +305,7 @@ def main():
 
 def _run(module):
     p = module.params
-    for name in ("sysfs_module_dir", "proc_root"):
+    for name in ("sysfs_module_dir", "proc_root", "root"):
         if "\x00" in p[name]:
             raise ValueError("%s must be a path without NUL bytes" % name)
     plan = driver_plan(
@@ -243,6 +322,13 @@ def _run(module):
                  if plan["action"] == "reboot" and policy == "auto" else [])
     plan.update(reboot_decision(plan["action"], policy, processes, p["running_units"], p["busy_units"]),
                 gpu_processes=processes)
+    # Packages are never installed over a runfile driver: read the node only when the plan installs.
+    runfile = {}
+    if plan["stage"] == "detect" and plan["action"] == "install":
+        runfile = read_runfile_install(p["root"], owner_lookup(module, p["root"]))
+    plan.update(runfile_plan(runfile, p["install_method"], p["runfile_policy"], plan["wanted_version"],
+                             p["gpus"], running_kernel(p["proc_root"]) if runfile.get("installed") else ""),
+                runfile=runfile)
     module.exit_json(changed=False, **plan)
 
 

@@ -78,7 +78,7 @@ def probe(path=None):
         found = importlib.util.find_spec("torch")      # locates the package; does not import it
         spec = found.origin if found is not None else None
     try:
-        from importlib import metadata
+        from importlib import metadata  # novermin (guarded: Python < 3.8 reads version.py only)
     except ImportError:             # Python < 3.8: no metadata reader; version.py only
         metadata = None
     version, requires = None, None
