@@ -78,9 +78,11 @@ Never lose a verified model
   mirror's empty 200, a ModelScope entry of size 0), no size and no sha256, or a plain URL's new version
   without sha256, ETag or Last-Modified.  A verified file is kept with a warning; a file placed by hand that
   nothing can check (no sha256 from the source, another size) is left untouched and the run fails.
-* A hub that states another sha256 for the very commit a file was verified from misreports (a commit's
-  content cannot change): the file is hashed, and when it still has the recorded sha256 it is kept and
-  nothing is downloaded (a warning says so).
+* A record the hub contradicts (another sha256, even for the very commit the record names) is not
+  trusted: whoever can write the models directory may have written the file and the record.  The file
+  is hashed and judged by that alone: kept when it has the hub's sha256, else downloaded again; the new
+  bytes replace it only when they have the hub's sha256 (a hub whose bytes contradict its own claim
+  fails verification and leaves the file in place).
 * A size the source states above 2^63 - 1, or a size the filesystem cannot hold, fails with a message and
   leaves no empty ``.part``; a metadata size that the server's Content-Range contradicts fails at once
   (retrying gets the same answer).
@@ -166,9 +168,6 @@ class Step:
         self.reason = reason
         self.record = record
         self.resumable = 0
-        # hash_existing when the hub states another sha256 than the record at the record's own commit: the
-        # record it disagrees with (if the file still has the record's sha256, the hub misreports)
-        self.disputed = None
 
 
 class Plan:
@@ -330,13 +329,11 @@ def _choose(plan, t, rec):
             return _keep_verified(plan, t, rec, keep, "the source moved (%s), but %s" % (moved, why))
         return Step(t, "download", "the source moved (%s)" % moved, rec)
     if t.sha256 and rec.get("sha256") != t.sha256:
-        # the hub vouches for another sha256 than the record: the record is not trusted, the file is hashed
+        # the hub vouches for another sha256 than the record: the record is not trusted (whoever can write
+        # the models directory may have written it), the file is hashed and judged by its hash alone
         plan.notes.append("%s: the sidecar record's sha256 %s disagrees with the source's %s; not "
                           "trusted, the file was hashed" % (t.name, rec.get("sha256"), t.sha256))
-        step = Step(t, "hash_existing", "the sidecar record's sha256 disagrees with the source's")
-        if rec.get("commit") and rec.get("commit") == t.commit:
-            step.disputed = rec
-        return step
+        return Step(t, "hash_existing", "the sidecar record's sha256 disagrees with the source's")
     if t.size is not None and t.size != rec.get("size"):
         if t.sha256:  # == the record's: a matching sha256 wins over a size claim
             plan.notes.append("%s: the source states %d bytes, but its sha256 is the verified file's (%d "
@@ -494,19 +491,6 @@ def _verify_in_place(step, progress, plan):
         _refuse_unverifiable(t, st)  # decide() checked it; the file may have changed since
         notes.append("%s: no reference sha256 (pass sha256); recorded the existing file's" % t.name)
         write_sidecar(t, got)
-        return _part_result(t, got, "hashed", 0, 0, False)
-    disputed = step.disputed
-    if disputed and got == disputed.get("sha256"):
-        # the file is the one verified from this very commit: a commit's content cannot change, so the hub
-        # (or a mirror) misreports; never trade a verified file for a claim like that
-        text = ("%s: the hub states sha256 %s for commit %s, but the file verified from the same commit has "
-                "sha256 %s (hashed again now): a commit's content cannot change, so the hub or mirror "
-                "misreports. Kept the verified file and downloaded nothing; move it away to fetch the hub's "
-                "version"
-                % (t.name, t.sha256, t.commit, got))
-        notes.append(text)
-        plan.warnings.append(text)
-        t.sha256, t.size = got, st.st_size
         return _part_result(t, got, "hashed", 0, 0, False)
     # not the source's file: nothing may trust it any more, but it stays until verified bytes replace it
     side = sidecar_path(t.final_path)

@@ -80,19 +80,55 @@ def test_a_modelscope_listing_entry_of_size_0_never_replaces_a_verified_model(hu
     assert "kept the verified file" in r["msg"] and quarantined(dest) == []
 
 
+def test_a_new_commit_that_states_0_bytes_and_no_sha256_never_replaces_a_verified_model(hub, dest, model):
+    """The other direction of the size-0 rule: the source moved (a new commit) and ``update: true`` asks for
+    it, but the new commit's claim (0 bytes, no sha256) vouches for nothing: the verified model stays."""
+    first = dl.run(params(hub, dest))["commit"]
+    new = hub.move_main("org/m")
+    hub.set_fault("claim", size=0, sha256="")
+    hub.reset_stats()
+    r = dl.run(params(hub, dest, update=True))
+    assert sha256_of(final(dest)) == model and os.path.getsize(final(dest)) == SIZE
+    assert not r["changed"] and r["sha256"] == model and r["size"] == SIZE and r["commit"] == first
+    assert new in r["msg"] and "0 bytes and no sha256" in r["msg"] and r["warnings"], r["msg"]
+    assert body_bytes(hub) == 0 and quarantined(dest) == []
+    assert recorded_sha256(final(dest)) == model
+
+
 # =============================================================================================
 # A hub that states another sha256 or size for the same commit
 # =============================================================================================
-def test_another_sha256_for_the_same_commit_keeps_the_verified_model(hub, dest, model):
+def test_another_sha256_for_the_same_commit_is_checked_and_never_replaces_the_model(hub, dest, model):
+    """The hub contradicts the record: the record is not trusted, the file is hashed, and since it is not
+    what the hub states it is downloaded again; the hub's bytes do not match its own claim either, so
+    nothing replaces the model (quarantined, the run fails saying what the final path holds)."""
     dl.run(params(hub, dest))
     hub.set_fault("claim", sha256=OTHER_SHA)
-    hub.reset_stats()
-    for _ in range(3):  # retried AWX jobs
-        r = dl.run(params(hub, dest))
-        assert not r["changed"] and r["sha256"] == model and r["verified"] == "hashed"
-        assert "same commit" in r["msg"] and OTHER_SHA in r["msg"] and r["warnings"], r["msg"]
-    assert sha256_of(final(dest)) == model
-    assert body_bytes(hub) == 0 and quarantined(dest) == []
+    for run in range(2):  # retried AWX jobs
+        with pytest.raises(dl.DownloadError) as e:
+            dl.run(params(hub, dest))
+        msg = e.value.msg
+        assert "checksum mismatch" in msg and OTHER_SHA in msg and model in msg, msg
+        assert "still holds the file that was there before" in msg, msg
+        assert sha256_of(final(dest)) == model and len(quarantined(dest)) == 1, run
+    hub.clear_faults()  # the hub is mended: the model is hashed once, recorded, and kept
+    r = dl.run(params(hub, dest))
+    assert not r["changed"] and r["verified"] == "hashed" and recorded_sha256(final(dest)) == model
+
+
+def test_a_forged_record_the_hub_contradicts_is_hashed_and_the_model_fetched_again(hub, dest, model):
+    """Other bytes of the same size and a record rewritten to describe them (their own sha256, the same
+    commit), written by the run's own user so that the record is trusted: the hub states the original
+    sha256 for that commit, so the record is hashed again, the bytes do not match the hub, and the hub's
+    verified file replaces them (the forged bytes go to the quarantine slot)."""
+    r = dl.run(params(hub, dest))
+    forged = _forge(r["path"], None, uid=None)
+    r2 = dl.run(params(hub, dest))
+    assert r2["changed"] and r2["verified"] == "download" and r2["sha256"] == model, r2["msg"]
+    assert "misreports" not in r2["msg"] and "Kept the verified file" not in r2["msg"]
+    assert sha256_of(final(dest)) == model and recorded_sha256(final(dest)) == model
+    q = quarantined(dest)
+    assert len(q) == 1 and sha256_of(q[0]) == forged and q[0] in r2["msg"]
 
 
 def test_a_wrong_claim_keeps_the_file_in_place_until_verified_bytes_are_ready(hub, dest, model):
@@ -174,22 +210,29 @@ def test_every_part_of_a_split_set_resolves_to_the_first_parts_commit(hub, dest)
 # =============================================================================================
 # What the fast path trusts: a record the service user cannot write
 # =============================================================================================
-def _forge(path, sha):
-    """As the service user: a model of the right size with other bytes, and a record that describes it
-    (size, mtime, inode, ctime) with the hub's sha256 copied in."""
+def _forge(path, sha, uid=SERVICE_UID):
+    """As ``uid`` (the service user; None: the run's own user): a model of the right size with other bytes,
+    and a record that describes it (size, mtime, inode, ctime) with ``sha`` copied in (None: the forged
+    bytes' own sha256).  Returns the forged bytes' sha256."""
     side = dl.sidecar_path(path)
     rec = json.load(open(side))
     os.unlink(path)
     with open(path, "wb") as f:
         f.write(b"\xee" * rec["size"])
-    os.chown(path, SERVICE_UID, SERVICE_UID)
+    own = sha256_of(path)
+    if uid is not None:
+        os.chown(path, uid, uid)
     st = os.stat(path)
-    rec.update(size=st.st_size, mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns, inode=st.st_ino, sha256=sha)
+    rec.update(size=st.st_size, mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns, inode=st.st_ino,
+               sha256=own if sha is None else sha)
     os.unlink(side)
     with open(side, "w") as f:
         json.dump(rec, f)
-    os.chown(side, SERVICE_UID, SERVICE_UID)
+    os.chmod(side, 0o644)
+    if uid is not None:
+        os.chown(side, uid, uid)
     assert dl.sidecar_matches_file(rec, path)
+    return own
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as the service user (chown)")
