@@ -36,8 +36,13 @@ How a file gets to its final path
   where each file went).  Only then: fsync, atomic rename to the final path, fsync of the directory, and
   a sidecar record ``.<file>.llmops.json`` (size, mtime_ns, inode, sha256, commit, source) that lets the
   next run skip hashing when size/mtime/inode still match.
-* Every part of a split set is resolved at the commit the first part's HEAD gave (a branch moving between
-  two HEADs cannot mix commits); ModelScope gives every part's sha256 from one listing.
+* Every part of a Hugging Face split set comes from one commit, and the result's ``commit`` is it: the
+  commit the first part's HEAD gave (a branch moving between two HEADs cannot mix commits) or, while
+  ``update`` is false and parts are verified here already, their commit (the rest of a half-fetched set is
+  fetched at the kept parts' commit, never at the new one).  With ``update: true`` the whole set moves to
+  the new commit; when a part cannot (its new claim vouches for nothing) every part stays at its commit.
+  A plan that would still mix commits fails before anything is written.  ModelScope gives every part's
+  sha256 from one listing.
 * The ``.part.json`` ranges are written about once a second, each time after an ``fdatasync`` of the
   ``.part``: the ranges it claims are on disk even after a power loss.  Whatever slips through is
   caught by the final sha256 check (quarantine, then a clean re-download).
@@ -181,6 +186,9 @@ class Plan:
         self.notes = []
         self.warnings = []
         self.update_available = False
+        # a Hugging Face split set comes from one commit (plan.set_commit, once resolved)
+        self.one_commit = bool(o["repo"]) and not is_modelscope(o) and len(targets) > 1
+        self.set_commit = None
 
 
 def run(params, check_mode=False, set_attributes=None):
@@ -231,9 +239,48 @@ def _run(o, check_mode, t0, progress, set_attributes=None):
 # decide: what to do per file, and why (reads the records, the parts and the source; writes nothing)
 # ---------------------------------------------------------------------------------------------
 def decide(o, targets):
-    plan = Plan(o, targets)
     records = dict((t.name, _trusted_record(t, o)) for t in targets)
-    _resolve_sources(plan, records)
+    plan = _plan(o, targets, records)
+    mixed = _commits(plan)
+    if len(mixed) > 1 and o["update"] and plan.set_commit:
+        # update: true, but a part cannot move to the new commit verifiably and is kept: the whole set stays
+        # at that part's commit (never a set of two commits)
+        new = plan.set_commit
+        stay = [s for s in plan.steps if s.target.commit != new]
+        kept = stay[0].target.commit
+        plan = _plan(o, targets, records, set_commit=kept)
+        text = ("the set cannot move to commit %s verifiably (%s); every part stays at commit %s"
+                % (new, "; ".join("%s: %s" % (s.target.name, s.reason) for s in stay), kept))
+        plan.notes.append(text)
+        plan.warnings.append(text)
+        plan.update_available = True
+        mixed = _commits(plan)
+    if len(mixed) > 1:
+        raise DownloadError(
+            "the parts of %s would come from %d commits (%s): a split set must come from one. Nothing was "
+            "changed. Rerun when the hub answers for every part, or move the parts away to fetch the set "
+            "again"
+            % (o["filename"], len(mixed), ", ".join("%s: %s" % (s.target.name, s.target.commit)
+                                                    for s in plan.steps)))
+    return plan
+
+
+def _commits(plan):
+    """The commits the parts of a Hugging Face split set would come from (one, or none when the hub names
+    none), first seen first."""
+    out = []
+    for step in plan.steps:
+        c = step.target.commit
+        if plan.one_commit and c and c not in out:
+            out.append(c)
+    return out
+
+
+def _plan(o, targets, records, set_commit=None):
+    plan = Plan(o, targets)
+    for t in targets:
+        t.size = t.sha256 = t.commit = t.etag = None  # a second try starts afresh
+    _resolve_sources(plan, records, set_commit)
     for t in targets:
         step = _choose(plan, t, records[t.name])
         if t.size is None and step.action == "download":
@@ -269,29 +316,21 @@ def _same_source(rec, t, o):
     return src.get("repo") == o["repo"] and src.get("filename") == t.name
 
 
-def _resolve_sources(plan, records):
+def _resolve_sources(plan, records, set_commit=None):
     """Fill every target's size/sha256/commit from the source (a HEAD each), or from its record when the
-    commit is pinned, or when the source cannot be reached and every file is verified already."""
+    commit is pinned, or when the source cannot be reached and every file is verified already.
+    ``set_commit``: resolve a split set at this commit (decide's second try)."""
     o, targets = plan.o, plan.targets
     session = Session(o["token"], o["timeout"], o["validate_certs"])
     pinned = bool(o["repo"]) and bool(HEX40.match(o["revision"] or ""))
-    # Every part of a split set at the first part's commit: a branch moving between two HEADs must not give
-    # a set of parts from two commits.  (ModelScope: one listing, one snapshot, gives every part's sha256.)
-    pin_parts = bool(o["repo"]) and not pinned and not is_modelscope(o) and len(targets) > 1
-    pin = None
     try:
-        for t in targets:
+        done = _resolve_set(plan, records, session, pinned, set_commit) if plan.one_commit else 0
+        for t in targets[done:]:
             rec = records[t.name]
             if rec and pinned and rec.get("commit") == o["revision"] and not o["force_verify"]:
                 _fill_from_record(t, rec, o)  # commit pinned and file verified: nothing to ask
                 continue
-            fetch_metadata(o, t, session, revision=pin)
-            if pin_parts and pin is None:
-                pin = t.commit
-                if pin is None:
-                    pin_parts = False
-                    plan.notes.append("the hub sent no commit (X-Repo-Commit) for %s, so the other parts of "
-                                      "the set could not be pinned to its commit" % t.name)
+            fetch_metadata(o, t, session)
     except DownloadError as e:
         status = getattr(e, "result", {}).get("status")
         if all(records[t.name] for t in targets) and status not in (401, 403, 404):
@@ -304,6 +343,42 @@ def _resolve_sources(plan, records):
         session.close()
 
 
+def _resolve_set(plan, records, session, pinned, set_commit):
+    """Every part of a Hugging Face split set at one commit (``plan.set_commit``): the commit the revision
+    resolves to now (the first part's HEAD; a branch moving between two HEADs cannot mix commits), or,
+    while update is false, the commit of the parts already verified here (the first recorded one): the
+    rest of a half-fetched set then comes from the kept parts' commit, never from the new one.  Returns how
+    many targets it resolved (all, or only the first when the hub names no commit)."""
+    o, targets = plan.o, plan.targets
+    kept = next((records[t.name]["commit"] for t in targets
+                 if records[t.name] and records[t.name].get("commit")), None)
+    head = o["revision"] if pinned else None
+    if head is None:
+        fetch_metadata(o, targets[0], session)
+        head = targets[0].commit
+        if head is None:
+            plan.notes.append("the hub sent no commit (X-Repo-Commit) for %s, so the other parts of the set "
+                              "could not be pinned to its commit" % targets[0].name)
+            return 1
+    if set_commit is None:
+        set_commit = kept if kept and kept != head and not o["update"] else head
+    plan.set_commit = set_commit
+    if set_commit != head and not o["update"]:
+        plan.update_available = True
+        plan.notes.append("the source moved (revision %s is now commit %s); kept the set at commit %s, every "
+                          "part from it. Set update: true to fetch the new one"
+                          % (o["revision"], head, set_commit))
+    for i, t in enumerate(targets):
+        if i == 0 and t.commit == set_commit:
+            continue  # resolved by the HEAD above
+        rec = records[t.name]
+        if rec and pinned and rec.get("commit") == set_commit == o["revision"] and not o["force_verify"]:
+            _fill_from_record(t, rec, o)  # commit pinned and file verified: nothing to ask
+            continue
+        fetch_metadata(o, t, session, revision=set_commit)
+    return len(targets)
+
+
 def _choose(plan, t, rec):
     o = plan.o
     keep = "force_verify" if o["force_verify"] else "keep"
@@ -314,7 +389,11 @@ def _choose(plan, t, rec):
             return Step(t, "hash_existing", "a file without a matching sidecar record is in place")
         return Step(t, "download", "no file at the final path")
     moved = _moved(rec, t, o)
-    if moved and not o["update"]:
+    if moved and plan.set_commit and not o["update"]:
+        # a part of a set from another commit than the set's (_resolve_set): kept, it would mix commits
+        moved = "the other parts of the set come from commit %s, this one is from %s" % (
+            plan.set_commit, rec.get("commit"))
+    elif moved and not o["update"]:
         plan.update_available = True
         plan.notes.append("%s: the source moved (%s); kept the verified file from %s. Set update: true "
                           "to fetch the new one"

@@ -207,6 +207,97 @@ def test_every_part_of_a_split_set_resolves_to_the_first_parts_commit(hub, dest)
     assert [rec["commit"] for rec in records] == [first] * 3
 
 
+SPLIT = ["S-0000%d-of-00003.gguf" % i for i in (1, 2, 3)]
+
+
+def _half_set(hub, dest):
+    """A split set of which run 1 verified part 1 at commit C and failed on part 2 (the hub's sha256 for it
+    was wrong); then the branch moves to D.  Returns (C, D)."""
+    for i, name in enumerate(SPLIT, 1):
+        hub.add_file("org/m/" + name, 1500 + i, seed=i)
+    first = hub.commit("org/m")
+    hub.set_fault("claim", sha256=OTHER_SHA, file=SPLIT[1])
+    with pytest.raises(dl.DownloadError, match="checksum mismatch"):
+        dl.run(params(hub, dest, filename=SPLIT[0]))
+    hub.clear_faults()
+    assert recorded_sha256(final(dest, SPLIT[0])) and not os.path.exists(final(dest, SPLIT[1]))
+    return first, hub.move_main("org/m")
+
+
+def _commits(r):
+    """The commit of every part: in the result and in the sidecar records."""
+    return ([p["commit"] for p in r["parts"]],
+            [json.load(open(dl.sidecar_path(final_path)))["commit"] for final_path in r["paths"]])
+
+
+def test_the_rest_of_a_half_fetched_set_comes_from_the_kept_parts_commit(hub, dest):
+    first, moved = _half_set(hub, dest)
+    hub.reset_stats()
+    r = dl.run(params(hub, dest, filename=SPLIT[0]))
+    assert r["changed"] and r["commit"] == first and _commits(r) == ([first] * 3, [first] * 3), r["msg"]
+    assert r["update_available"] and moved in r["msg"] and "update: true" in r["msg"], r["msg"]
+    fetched = [x["path"] for x in hub.requests() if x["method"] == "GET"]
+    assert len(fetched) >= 2 and all("/resolve/%s/" % first in p or "commit=%s" % first in p
+                                     for p in fetched), fetched
+    again = dl.run(params(hub, dest, filename=SPLIT[0]))  # the set is whole: nothing to do, still at C
+    assert not again["changed"] and _commits(again) == ([first] * 3, [first] * 3)
+
+
+def test_a_half_fetched_set_with_update_moves_whole_to_the_new_commit(hub, dest):
+    first, moved = _half_set(hub, dest)
+    r = dl.run(params(hub, dest, filename=SPLIT[0], update=True))
+    assert r["commit"] == moved and _commits(r) == ([moved] * 3, [moved] * 3), r["msg"]
+
+
+def test_a_set_whose_parts_are_on_disk_from_two_commits_is_made_one(hub, dest):
+    """Parts recorded at two commits (what an earlier release left): the set comes back to one commit."""
+    first, moved = _half_set(hub, dest)
+    dl.run(params(hub, dest, filename=SPLIT[0], update=True))  # the whole set at D
+    side = dl.sidecar_path(final(dest, SPLIT[0]))  # part 1 as if kept from C
+    rec = json.load(open(side))
+    rec["commit"] = first
+    with open(side, "w") as f:
+        json.dump(rec, f)
+    r = dl.run(params(hub, dest, filename=SPLIT[0]))
+    assert r["commit"] == first and _commits(r) == ([first] * 3, [first] * 3), r["msg"]
+
+
+def test_a_set_on_disk_from_two_commits_is_never_reported_as_one(hub, dest):
+    """The hub cannot be reached and the parts are recorded at two commits: the run fails, naming each
+    part's commit, and changes nothing (it used to keep the set and report the first part's commit)."""
+    for i, name in enumerate(SPLIT, 1):
+        hub.add_file("org/m/" + name, 1500 + i, seed=i)
+    r = dl.run(params(hub, dest, filename=SPLIT[0]))
+    side = dl.sidecar_path(final(dest, SPLIT[1]))
+    rec = json.load(open(side))
+    rec["commit"] = "a" * 40
+    with open(side, "w") as f:
+        json.dump(rec, f)
+    before = dict((p, sha256_of(p)) for p in r["paths"])
+    hub.stop()
+    with pytest.raises(dl.DownloadError) as e:
+        dl.run(params(hub, dest, filename=SPLIT[0], retries=0))
+    msg = e.value.msg
+    assert "2 commits" in msg and "%s: %s" % (SPLIT[1], "a" * 40) in msg and r["commit"] in msg, msg
+    assert dict((p, sha256_of(p)) for p in r["paths"]) == before and json.load(open(side)) == rec
+
+
+def test_a_set_that_cannot_move_verifiably_stays_whole_at_its_commit(hub, dest):
+    """update: true, but the new commit's claim for part 1 vouches for nothing (0 bytes, no sha256): part 1
+    is kept, so the other parts stay at its commit too (never a set of two commits)."""
+    for i, name in enumerate(SPLIT, 1):
+        hub.add_file("org/m/" + name, 1500 + i, seed=i)
+    r = dl.run(params(hub, dest, filename=SPLIT[0]))
+    first = r["commit"]
+    moved = hub.move_main("org/m")
+    hub.set_fault("claim", size=0, sha256="", file=SPLIT[0])
+    r = dl.run(params(hub, dest, filename=SPLIT[0], update=True))
+    assert not r["changed"] and _commits(r) == ([first] * 3, [first] * 3), r["msg"]
+    assert r["update_available"] and moved in r["msg"] and "0 bytes and no sha256" in r["msg"], r["msg"]
+    assert any("every part stays at commit %s" % first in w for w in r["warnings"]), r["warnings"]
+    assert [sha256_of(p) for p in r["paths"]] == [p["sha256"] for p in r["parts"]]
+
+
 # =============================================================================================
 # What the fast path trusts: a record the service user cannot write
 # =============================================================================================
