@@ -31,7 +31,9 @@ A run
    smaller one takes one; admission is first come, first served), resuming any ``.part`` a killed run left.
    A file is renamed into the build only after its size and checksum match; a mismatch moves the bytes to
    ``<store>/corrupt/`` and fails the run (the current snapshot keeps serving).
-4. The build must hold exactly the listed files (no link, FIFO or extra file); the manifest
+4. The build must hold exactly the listed files (no link, FIFO or extra file), and every shard its
+   safetensors index (``model.safetensors.index.json``) names: patterns that leave one out are refused,
+   naming it and the pattern (vLLM would fail at load; ``check_shard_indexes``); the manifest
    ``.llmops-snapshot.json`` (repo, commit, per file size, sha256, git blob id and the stat identity) is
    written, everything fsync'ed, the build renamed to ``<store>/<id>`` and ``dest``'s symlink switched to it
    atomically. The previous snapshot is kept, older ones removed.
