@@ -36,8 +36,13 @@ How a file gets to its final path
   where each file went).  Only then: fsync, atomic rename to the final path, fsync of the directory, and
   a sidecar record ``.<file>.llmops.json`` (size, mtime_ns, inode, sha256, commit, source) that lets the
   next run skip hashing when size/mtime/inode still match.
-* Every part of a split set is resolved at the commit the first part's HEAD gave (a branch moving between
-  two HEADs cannot mix commits); ModelScope gives every part's sha256 from one listing.
+* Every part of a Hugging Face split set comes from one commit, and the result's ``commit`` is it: the
+  commit the first part's HEAD gave (a branch moving between two HEADs cannot mix commits) or, while
+  ``update`` is false and parts are verified here already, their commit (the rest of a half-fetched set is
+  fetched at the kept parts' commit, never at the new one).  With ``update: true`` the whole set moves to
+  the new commit; when a part cannot (its new claim vouches for nothing) every part stays at its commit.
+  A plan that would still mix commits fails before anything is written.  ModelScope gives every part's
+  sha256 from one listing.
 * The ``.part.json`` ranges are written about once a second, each time after an ``fdatasync`` of the
   ``.part``: the ranges it claims are on disk even after a power loss.  Whatever slips through is
   caught by the final sha256 check (quarantine, then a clean re-download).
@@ -78,9 +83,11 @@ Never lose a verified model
   mirror's empty 200, a ModelScope entry of size 0), no size and no sha256, or a plain URL's new version
   without sha256, ETag or Last-Modified.  A verified file is kept with a warning; a file placed by hand that
   nothing can check (no sha256 from the source, another size) is left untouched and the run fails.
-* A hub that states another sha256 for the very commit a file was verified from misreports (a commit's
-  content cannot change): the file is hashed, and when it still has the recorded sha256 it is kept and
-  nothing is downloaded (a warning says so).
+* A record the hub contradicts (another sha256, even for the very commit the record names) is not
+  trusted: whoever can write the models directory may have written the file and the record.  The file
+  is hashed and judged by that alone: kept when it has the hub's sha256, else downloaded again; the new
+  bytes replace it only when they have the hub's sha256 (a hub whose bytes contradict its own claim
+  fails verification and leaves the file in place).
 * A size the source states above 2^63 - 1, or a size the filesystem cannot hold, fails with a message and
   leaves no empty ``.part``; a metadata size that the server's Content-Range contradicts fails at once
   (retrying gets the same answer).
@@ -166,9 +173,6 @@ class Step:
         self.reason = reason
         self.record = record
         self.resumable = 0
-        # hash_existing when the hub states another sha256 than the record at the record's own commit: the
-        # record it disagrees with (if the file still has the record's sha256, the hub misreports)
-        self.disputed = None
 
 
 class Plan:
@@ -182,6 +186,9 @@ class Plan:
         self.notes = []
         self.warnings = []
         self.update_available = False
+        # a Hugging Face split set comes from one commit (plan.set_commit, once resolved)
+        self.one_commit = bool(o["repo"]) and not is_modelscope(o) and len(targets) > 1
+        self.set_commit = None
 
 
 def run(params, check_mode=False, set_attributes=None):
@@ -232,9 +239,48 @@ def _run(o, check_mode, t0, progress, set_attributes=None):
 # decide: what to do per file, and why (reads the records, the parts and the source; writes nothing)
 # ---------------------------------------------------------------------------------------------
 def decide(o, targets):
-    plan = Plan(o, targets)
     records = dict((t.name, _trusted_record(t, o)) for t in targets)
-    _resolve_sources(plan, records)
+    plan = _plan(o, targets, records)
+    mixed = _commits(plan)
+    if len(mixed) > 1 and o["update"] and plan.set_commit:
+        # update: true, but a part cannot move to the new commit verifiably and is kept: the whole set stays
+        # at that part's commit (never a set of two commits)
+        new = plan.set_commit
+        stay = [s for s in plan.steps if s.target.commit != new]
+        kept = stay[0].target.commit
+        plan = _plan(o, targets, records, set_commit=kept)
+        text = ("the set cannot move to commit %s verifiably (%s); every part stays at commit %s"
+                % (new, "; ".join("%s: %s" % (s.target.name, s.reason) for s in stay), kept))
+        plan.notes.append(text)
+        plan.warnings.append(text)
+        plan.update_available = True
+        mixed = _commits(plan)
+    if len(mixed) > 1:
+        raise DownloadError(
+            "the parts of %s would come from %d commits (%s): a split set must come from one. Nothing was "
+            "changed. Rerun when the hub answers for every part, or move the parts away to fetch the set "
+            "again"
+            % (o["filename"], len(mixed), ", ".join("%s: %s" % (s.target.name, s.target.commit)
+                                                    for s in plan.steps)))
+    return plan
+
+
+def _commits(plan):
+    """The commits the parts of a Hugging Face split set would come from (one, or none when the hub names
+    none), first seen first."""
+    out = []
+    for step in plan.steps:
+        c = step.target.commit
+        if plan.one_commit and c and c not in out:
+            out.append(c)
+    return out
+
+
+def _plan(o, targets, records, set_commit=None):
+    plan = Plan(o, targets)
+    for t in targets:
+        t.size = t.sha256 = t.commit = t.etag = None  # a second try starts afresh
+    _resolve_sources(plan, records, set_commit)
     for t in targets:
         step = _choose(plan, t, records[t.name])
         if t.size is None and step.action == "download":
@@ -270,29 +316,21 @@ def _same_source(rec, t, o):
     return src.get("repo") == o["repo"] and src.get("filename") == t.name
 
 
-def _resolve_sources(plan, records):
+def _resolve_sources(plan, records, set_commit=None):
     """Fill every target's size/sha256/commit from the source (a HEAD each), or from its record when the
-    commit is pinned, or when the source cannot be reached and every file is verified already."""
+    commit is pinned, or when the source cannot be reached and every file is verified already.
+    ``set_commit``: resolve a split set at this commit (decide's second try)."""
     o, targets = plan.o, plan.targets
     session = Session(o["token"], o["timeout"], o["validate_certs"])
     pinned = bool(o["repo"]) and bool(HEX40.match(o["revision"] or ""))
-    # Every part of a split set at the first part's commit: a branch moving between two HEADs must not give
-    # a set of parts from two commits.  (ModelScope: one listing, one snapshot, gives every part's sha256.)
-    pin_parts = bool(o["repo"]) and not pinned and not is_modelscope(o) and len(targets) > 1
-    pin = None
     try:
-        for t in targets:
+        done = _resolve_set(plan, records, session, pinned, set_commit) if plan.one_commit else 0
+        for t in targets[done:]:
             rec = records[t.name]
             if rec and pinned and rec.get("commit") == o["revision"] and not o["force_verify"]:
                 _fill_from_record(t, rec, o)  # commit pinned and file verified: nothing to ask
                 continue
-            fetch_metadata(o, t, session, revision=pin)
-            if pin_parts and pin is None:
-                pin = t.commit
-                if pin is None:
-                    pin_parts = False
-                    plan.notes.append("the hub sent no commit (X-Repo-Commit) for %s, so the other parts of "
-                                      "the set could not be pinned to its commit" % t.name)
+            fetch_metadata(o, t, session)
     except DownloadError as e:
         status = getattr(e, "result", {}).get("status")
         if all(records[t.name] for t in targets) and status not in (401, 403, 404):
@@ -305,6 +343,42 @@ def _resolve_sources(plan, records):
         session.close()
 
 
+def _resolve_set(plan, records, session, pinned, set_commit):
+    """Every part of a Hugging Face split set at one commit (``plan.set_commit``): the commit the revision
+    resolves to now (the first part's HEAD; a branch moving between two HEADs cannot mix commits), or,
+    while update is false, the commit of the parts already verified here (the first recorded one): the
+    rest of a half-fetched set then comes from the kept parts' commit, never from the new one.  Returns how
+    many targets it resolved (all, or only the first when the hub names no commit)."""
+    o, targets = plan.o, plan.targets
+    kept = next((records[t.name]["commit"] for t in targets
+                 if records[t.name] and records[t.name].get("commit")), None)
+    head = o["revision"] if pinned else None
+    if head is None:
+        fetch_metadata(o, targets[0], session)
+        head = targets[0].commit
+        if head is None:
+            plan.notes.append("the hub sent no commit (X-Repo-Commit) for %s, so the other parts of the set "
+                              "could not be pinned to its commit" % targets[0].name)
+            return 1
+    if set_commit is None:
+        set_commit = kept if kept and kept != head and not o["update"] else head
+    plan.set_commit = set_commit
+    if set_commit != head and not o["update"]:
+        plan.update_available = True
+        plan.notes.append("the source moved (revision %s is now commit %s); kept the set at commit %s, every "
+                          "part from it. Set update: true to fetch the new one"
+                          % (o["revision"], head, set_commit))
+    for i, t in enumerate(targets):
+        if i == 0 and t.commit == set_commit:
+            continue  # resolved by the HEAD above
+        rec = records[t.name]
+        if rec and pinned and rec.get("commit") == set_commit == o["revision"] and not o["force_verify"]:
+            _fill_from_record(t, rec, o)  # commit pinned and file verified: nothing to ask
+            continue
+        fetch_metadata(o, t, session, revision=set_commit)
+    return len(targets)
+
+
 def _choose(plan, t, rec):
     o = plan.o
     keep = "force_verify" if o["force_verify"] else "keep"
@@ -315,7 +389,11 @@ def _choose(plan, t, rec):
             return Step(t, "hash_existing", "a file without a matching sidecar record is in place")
         return Step(t, "download", "no file at the final path")
     moved = _moved(rec, t, o)
-    if moved and not o["update"]:
+    if moved and plan.set_commit and not o["update"]:
+        # a part of a set from another commit than the set's (_resolve_set): kept, it would mix commits
+        moved = "the other parts of the set come from commit %s, this one is from %s" % (
+            plan.set_commit, rec.get("commit"))
+    elif moved and not o["update"]:
         plan.update_available = True
         plan.notes.append("%s: the source moved (%s); kept the verified file from %s. Set update: true "
                           "to fetch the new one"
@@ -330,13 +408,11 @@ def _choose(plan, t, rec):
             return _keep_verified(plan, t, rec, keep, "the source moved (%s), but %s" % (moved, why))
         return Step(t, "download", "the source moved (%s)" % moved, rec)
     if t.sha256 and rec.get("sha256") != t.sha256:
-        # the hub vouches for another sha256 than the record: the record is not trusted, the file is hashed
+        # the hub vouches for another sha256 than the record: the record is not trusted (whoever can write
+        # the models directory may have written it), the file is hashed and judged by its hash alone
         plan.notes.append("%s: the sidecar record's sha256 %s disagrees with the source's %s; not "
                           "trusted, the file was hashed" % (t.name, rec.get("sha256"), t.sha256))
-        step = Step(t, "hash_existing", "the sidecar record's sha256 disagrees with the source's")
-        if rec.get("commit") and rec.get("commit") == t.commit:
-            step.disputed = rec
-        return step
+        return Step(t, "hash_existing", "the sidecar record's sha256 disagrees with the source's")
     if t.size is not None and t.size != rec.get("size"):
         if t.sha256:  # == the record's: a matching sha256 wins over a size claim
             plan.notes.append("%s: the source states %d bytes, but its sha256 is the verified file's (%d "
@@ -494,19 +570,6 @@ def _verify_in_place(step, progress, plan):
         _refuse_unverifiable(t, st)  # decide() checked it; the file may have changed since
         notes.append("%s: no reference sha256 (pass sha256); recorded the existing file's" % t.name)
         write_sidecar(t, got)
-        return _part_result(t, got, "hashed", 0, 0, False)
-    disputed = step.disputed
-    if disputed and got == disputed.get("sha256"):
-        # the file is the one verified from this very commit: a commit's content cannot change, so the hub
-        # (or a mirror) misreports; never trade a verified file for a claim like that
-        text = ("%s: the hub states sha256 %s for commit %s, but the file verified from the same commit has "
-                "sha256 %s (hashed again now): a commit's content cannot change, so the hub or mirror "
-                "misreports. Kept the verified file and downloaded nothing; move it away to fetch the hub's "
-                "version"
-                % (t.name, t.sha256, t.commit, got))
-        notes.append(text)
-        plan.warnings.append(text)
-        t.sha256, t.size = got, st.st_size
         return _part_result(t, got, "hashed", 0, 0, False)
     # not the source's file: nothing may trust it any more, but it stays until verified bytes replace it
     side = sidecar_path(t.final_path)

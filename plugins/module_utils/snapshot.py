@@ -31,7 +31,9 @@ A run
    smaller one takes one; admission is first come, first served), resuming any ``.part`` a killed run left.
    A file is renamed into the build only after its size and checksum match; a mismatch moves the bytes to
    ``<store>/corrupt/`` and fails the run (the current snapshot keeps serving).
-4. The build must hold exactly the listed files (no link, FIFO or extra file); the manifest
+4. The build must hold exactly the listed files (no link, FIFO or extra file), and every shard its
+   safetensors index (``model.safetensors.index.json``) names: patterns that leave one out are refused,
+   naming it and the pattern (vLLM would fail at load; ``check_shard_indexes``); the manifest
    ``.llmops-snapshot.json`` (repo, commit, per file size, sha256, git blob id and the stat identity) is
    written, everything fsync'ed, the build renamed to ``<store>/<id>`` and ``dest``'s symlink switched to it
    atomically. The previous snapshot is kept, older ones removed.
@@ -52,7 +54,9 @@ from __future__ import absolute_import, division, print_function
 
 import errno
 import hashlib
+import json
 import os
+import posixpath
 import stat
 import threading
 import time
@@ -86,6 +90,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.safe_files import (
 from ansible_collections.llmops.serving.plugins.module_utils.snapshot_listing import (
     SnapFile,
     content_id,
+    excluded_by,
     list_files,
     resolve_commit,
     select,
@@ -96,6 +101,10 @@ __metaclass__ = type
 
 MIB = 1 << 20
 JOURNAL_EVERY_S = 1.0
+# A safetensors checkpoint's shard index (``model.safetensors.index.json``): checked against the snapshot's
+# files before it is published.  A real one is a few MB (one line per tensor).
+INDEX_SUFFIX = ".safetensors.index.json"
+INDEX_MAX_BYTES = 64 << 20
 LINK_FALLBACK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", 95))
 
 WOULD = {
@@ -138,6 +147,7 @@ class Plan:
         self.current_readable = False  # the current snapshot has a valid manifest (of any repo)
         self.hashed = False
         self.before = ""  # the current snapshot as the diff shows it
+        self.listed_paths = None  # every path of the repo's listing at the commit (before the patterns)
 
 
 def run(params, check_mode=False, set_attributes=None):
@@ -200,7 +210,9 @@ def decide(o, layout):
                                   % (m["commit"], o["revision"], plan.commit))
                 plan.update_available = True
                 plan.commit = m["commit"]
-            listed = select(list_files(o, session, plan.commit), o["allow_patterns"], o["ignore_patterns"])
+            every = list_files(o, session, plan.commit)
+            plan.listed_paths = set(f.path for f in every)
+            listed = select(every, o["allow_patterns"], o["ignore_patterns"])
         except DownloadError as e:
             status = e.result.get("status")
             hostile = e.result.get("hostile_listing") or e.result.get("listing_too_large")
@@ -478,6 +490,7 @@ def _apply_build(plan, progress, t0, set_attributes):
         stats["fetched"] = sorted(fetcher.done)
     progress.set(state="verifying")
     store.scan(build, [f.path for f in plan.files])
+    check_shard_indexes(plan, build)
     keep = set([os.path.basename(build), os.path.basename(layout.journal(ident))])
     if plan.current:
         keep.add(plan.current)
@@ -551,6 +564,61 @@ def _link(plan, step, build, journal, progress):
     journal[f.path] = dict(file_identity.identity(lst), sha256=entry.get("sha256"), git_sha1=f.git_sha1)
     progress.add(f.size)
     return True
+
+
+def check_shard_indexes(plan, build):
+    """Refuse to publish a build whose safetensors index (``model.safetensors.index.json``, any
+    ``*.safetensors.index.json``) names a shard the build does not hold: vLLM loads every shard the index
+    names and fails at start.  The message names each missing shard and why it is missing (the pattern
+    that excluded it, or not in the repository); nothing is switched, the build stays for the next run."""
+    have = set(f.path for f in plan.files)
+    for f in sorted(plan.files, key=lambda x: x.path):
+        if not f.path.endswith(INDEX_SUFFIX):
+            continue
+        missing = sorted(_index_shards(os.path.join(build, *f.path.split("/")), f.path) - have)
+        if missing:
+            o = plan.o
+            raise DownloadError(
+                "refused to publish the snapshot of %s at %s: %s names %d shard(s) that the snapshot would "
+                "not hold: %s. vLLM loads every shard the index names and would fail to start. Fix "
+                "allow_patterns / ignore_patterns so that they select every shard; the current snapshot "
+                "keeps serving and the files fetched stay in the build for the next run"
+                % (o["repo"], plan.commit or o["revision"], f.path, len(missing),
+                   "; ".join("%s (%s)" % (p, _why_missing(plan, p)) for p in missing)),
+                missing_shards=missing, index=f.path)
+
+
+def _why_missing(plan, path):
+    if plan.listed_paths is not None and path not in plan.listed_paths:
+        return "the repository has no such file at %s" % (plan.commit or plan.o["revision"])
+    return (excluded_by(path, plan.o["allow_patterns"], plan.o["ignore_patterns"])
+            or "not in the snapshot's listing")
+
+
+def _index_shards(path, rel):
+    """The repo paths of the shards a safetensors index names (its ``weight_map`` values, relative to the
+    index's folder); DownloadError when it is not such an index."""
+    fd = open_regular(path, os.O_RDONLY)
+    try:
+        raw = os.read(fd, INDEX_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        doc = json.loads(raw.decode("utf-8")) if len(raw) <= INDEX_MAX_BYTES else None
+    except (ValueError, RecursionError):
+        doc = None
+    wmap = doc.get("weight_map") if isinstance(doc, dict) else None
+    folder = posixpath.dirname(rel)
+    out = set()
+    for name in (wmap.values() if isinstance(wmap, dict) else [None]):
+        shard = posixpath.normpath(posixpath.join(folder, name)) if isinstance(name, str) and name else ""
+        if not shard or name.startswith("/") or shard == ".." or shard.startswith("../"):
+            raise DownloadError("refused to publish the snapshot: %s is not a safetensors index (a JSON "
+                                "object whose weight_map maps tensor names to shard files in the repository, "
+                                "at most %d bytes), so vLLM could not load the model; leave it out with "
+                                "ignore_patterns or fix the repository" % (rel, INDEX_MAX_BYTES), index=rel)
+        out.add(shard)
+    return out
 
 
 def _manifest(plan, build, journal):

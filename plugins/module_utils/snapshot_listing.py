@@ -328,20 +328,22 @@ def _pattern(p):
     return p + "*" if p.endswith("/") else p
 
 
+def excluded_by(path, allow=None, ignore=None):
+    """Why the patterns leave repo path out, in words, or None when they select it: it matches no allow
+    pattern (when any is given), or it matches an ignore pattern.  Shell globs matched against the whole
+    repo path with fnmatch (``*`` also crosses ``/``), a pattern ending in ``/`` meaning everything under
+    that folder, as huggingface_hub's allow_patterns/ignore_patterns."""
+    if allow and not any(fnmatch.fnmatchcase(path, _pattern(p)) for p in allow):
+        return "it matches none of allow_patterns %s" % list(allow)
+    for p in ignore or ():
+        if fnmatch.fnmatchcase(path, _pattern(p)):
+            return "ignore_patterns excludes it (%r)" % p
+    return None
+
+
 def select(files, allow=None, ignore=None):
-    """The files whose path matches an allow pattern (all when none is given) and no ignore pattern: shell
-    globs matched against the whole repo path with fnmatch (``*`` also crosses ``/``), a pattern ending in
-    ``/`` meaning everything under that folder, as huggingface_hub's allow_patterns/ignore_patterns."""
-    allow = [_pattern(p) for p in (allow or [])]
-    ignore = [_pattern(p) for p in (ignore or [])]
-    out = []
-    for f in files:
-        if allow and not any(fnmatch.fnmatchcase(f.path, p) for p in allow):
-            continue
-        if any(fnmatch.fnmatchcase(f.path, p) for p in ignore):
-            continue
-        out.append(f)
-    return out
+    """The files the patterns select (excluded_by)."""
+    return [f for f in files if excluded_by(f.path, allow, ignore) is None]
 
 
 def content_id(files):

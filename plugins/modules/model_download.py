@@ -60,10 +60,14 @@ description:
     (a mirror's empty 200, a ModelScope listing entry of size 0), or a new version without sha256 and without
     ETag or Last-Modified - never replaces a file - the verified file is kept, with a warning. A file placed
     by hand that cannot be checked (no sha256 from the source, another size) is left untouched and the run
-    fails saying so. A hub that states another sha256 for the commit a file was verified from misreports -
-    a commit's content cannot change - so the file is kept and nothing is downloaded.
-  - Every part of a split set comes from the commit the first part resolved to (a branch that moves between
-    two parts cannot mix commits); on ModelScope, every part's sha256 and size come from one listing.
+    fails saying so. A sidecar record that the hub contradicts (another sha256, even for the commit the
+    record names) is not trusted - the file is hashed and kept only when it has the hub's sha256, else
+    downloaded again; new bytes replace it only when they have the hub's sha256.
+  - Every part of a Hugging Face split set comes from one commit, the RV(commit) reported - the one the first
+    part resolved to (a branch that moves between two parts cannot mix commits), or, with O(update=false),
+    the commit of the parts already verified (the rest of a half-fetched set is fetched at it); with
+    O(update=true) the whole set moves, or stays whole when a part cannot move verifiably. On ModelScope,
+    every part's sha256 and size come from one listing.
   - Every metadata request (a HEAD, the ModelScope listing) must end within 4 x O(timeout) in all, body
     included, so a server that sends one byte per second cannot hold the run (and its lock); it counts as a
     stall. The ModelScope listing may be at most 16 MiB and 1,000,000 JSON values; only the entries of the

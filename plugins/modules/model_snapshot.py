@@ -68,6 +68,9 @@ options:
       - Only files whose repo path matches one of these shell globs (all files when empty). Matched against
         the whole path with fnmatch (C(*) also matches C(/)); a pattern ending in C(/) means everything under
         that folder, as huggingface_hub's C(allow_patterns).
+      - Patterns that leave out a shard the checkpoint's C(model.safetensors.index.json) names are refused
+        before the snapshot is published (the error names each missing shard and the pattern that excluded
+        it).
     type: list
     elements: str
     default: []

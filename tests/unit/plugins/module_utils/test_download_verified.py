@@ -80,19 +80,55 @@ def test_a_modelscope_listing_entry_of_size_0_never_replaces_a_verified_model(hu
     assert "kept the verified file" in r["msg"] and quarantined(dest) == []
 
 
+def test_a_new_commit_that_states_0_bytes_and_no_sha256_never_replaces_a_verified_model(hub, dest, model):
+    """The other direction of the size-0 rule: the source moved (a new commit) and ``update: true`` asks for
+    it, but the new commit's claim (0 bytes, no sha256) vouches for nothing: the verified model stays."""
+    first = dl.run(params(hub, dest))["commit"]
+    new = hub.move_main("org/m")
+    hub.set_fault("claim", size=0, sha256="")
+    hub.reset_stats()
+    r = dl.run(params(hub, dest, update=True))
+    assert sha256_of(final(dest)) == model and os.path.getsize(final(dest)) == SIZE
+    assert not r["changed"] and r["sha256"] == model and r["size"] == SIZE and r["commit"] == first
+    assert new in r["msg"] and "0 bytes and no sha256" in r["msg"] and r["warnings"], r["msg"]
+    assert body_bytes(hub) == 0 and quarantined(dest) == []
+    assert recorded_sha256(final(dest)) == model
+
+
 # =============================================================================================
 # A hub that states another sha256 or size for the same commit
 # =============================================================================================
-def test_another_sha256_for_the_same_commit_keeps_the_verified_model(hub, dest, model):
+def test_another_sha256_for_the_same_commit_is_checked_and_never_replaces_the_model(hub, dest, model):
+    """The hub contradicts the record: the record is not trusted, the file is hashed, and since it is not
+    what the hub states it is downloaded again; the hub's bytes do not match its own claim either, so
+    nothing replaces the model (quarantined, the run fails saying what the final path holds)."""
     dl.run(params(hub, dest))
     hub.set_fault("claim", sha256=OTHER_SHA)
-    hub.reset_stats()
-    for _ in range(3):  # retried AWX jobs
-        r = dl.run(params(hub, dest))
-        assert not r["changed"] and r["sha256"] == model and r["verified"] == "hashed"
-        assert "same commit" in r["msg"] and OTHER_SHA in r["msg"] and r["warnings"], r["msg"]
-    assert sha256_of(final(dest)) == model
-    assert body_bytes(hub) == 0 and quarantined(dest) == []
+    for run in range(2):  # retried AWX jobs
+        with pytest.raises(dl.DownloadError) as e:
+            dl.run(params(hub, dest))
+        msg = e.value.msg
+        assert "checksum mismatch" in msg and OTHER_SHA in msg and model in msg, msg
+        assert "still holds the file that was there before" in msg, msg
+        assert sha256_of(final(dest)) == model and len(quarantined(dest)) == 1, run
+    hub.clear_faults()  # the hub is mended: the model is hashed once, recorded, and kept
+    r = dl.run(params(hub, dest))
+    assert not r["changed"] and r["verified"] == "hashed" and recorded_sha256(final(dest)) == model
+
+
+def test_a_forged_record_the_hub_contradicts_is_hashed_and_the_model_fetched_again(hub, dest, model):
+    """Other bytes of the same size and a record rewritten to describe them (their own sha256, the same
+    commit), written by the run's own user so that the record is trusted: the hub states the original
+    sha256 for that commit, so the record is hashed again, the bytes do not match the hub, and the hub's
+    verified file replaces them (the forged bytes go to the quarantine slot)."""
+    r = dl.run(params(hub, dest))
+    forged = _forge(r["path"], None, uid=None)
+    r2 = dl.run(params(hub, dest))
+    assert r2["changed"] and r2["verified"] == "download" and r2["sha256"] == model, r2["msg"]
+    assert "misreports" not in r2["msg"] and "Kept the verified file" not in r2["msg"]
+    assert sha256_of(final(dest)) == model and recorded_sha256(final(dest)) == model
+    q = quarantined(dest)
+    assert len(q) == 1 and sha256_of(q[0]) == forged and q[0] in r2["msg"]
 
 
 def test_a_wrong_claim_keeps_the_file_in_place_until_verified_bytes_are_ready(hub, dest, model):
@@ -171,25 +207,123 @@ def test_every_part_of_a_split_set_resolves_to_the_first_parts_commit(hub, dest)
     assert [rec["commit"] for rec in records] == [first] * 3
 
 
+SPLIT = ["S-0000%d-of-00003.gguf" % i for i in (1, 2, 3)]
+
+
+def _half_set(hub, dest):
+    """A split set of which run 1 verified part 1 at commit C and failed on part 2 (the hub's sha256 for it
+    was wrong); then the branch moves to D.  Returns (C, D)."""
+    for i, name in enumerate(SPLIT, 1):
+        hub.add_file("org/m/" + name, 1500 + i, seed=i)
+    first = hub.commit("org/m")
+    hub.set_fault("claim", sha256=OTHER_SHA, file=SPLIT[1])
+    with pytest.raises(dl.DownloadError, match="checksum mismatch"):
+        dl.run(params(hub, dest, filename=SPLIT[0]))
+    hub.clear_faults()
+    assert recorded_sha256(final(dest, SPLIT[0])) and not os.path.exists(final(dest, SPLIT[1]))
+    return first, hub.move_main("org/m")
+
+
+def _commits(r):
+    """The commit of every part: in the result and in the sidecar records."""
+    return ([p["commit"] for p in r["parts"]],
+            [json.load(open(dl.sidecar_path(final_path)))["commit"] for final_path in r["paths"]])
+
+
+def test_the_rest_of_a_half_fetched_set_comes_from_the_kept_parts_commit(hub, dest):
+    first, moved = _half_set(hub, dest)
+    hub.reset_stats()
+    r = dl.run(params(hub, dest, filename=SPLIT[0]))
+    assert r["changed"] and r["commit"] == first and _commits(r) == ([first] * 3, [first] * 3), r["msg"]
+    assert r["update_available"] and moved in r["msg"] and "update: true" in r["msg"], r["msg"]
+    fetched = [x["path"] for x in hub.requests() if x["method"] == "GET"]
+    assert len(fetched) >= 2 and all("/resolve/%s/" % first in p or "commit=%s" % first in p
+                                     for p in fetched), fetched
+    again = dl.run(params(hub, dest, filename=SPLIT[0]))  # the set is whole: nothing to do, still at C
+    assert not again["changed"] and _commits(again) == ([first] * 3, [first] * 3)
+
+
+def test_a_half_fetched_set_with_update_moves_whole_to_the_new_commit(hub, dest):
+    first, moved = _half_set(hub, dest)
+    r = dl.run(params(hub, dest, filename=SPLIT[0], update=True))
+    assert r["commit"] == moved and _commits(r) == ([moved] * 3, [moved] * 3), r["msg"]
+
+
+def test_a_set_whose_parts_are_on_disk_from_two_commits_is_made_one(hub, dest):
+    """Parts recorded at two commits (what an earlier release left): the set comes back to one commit."""
+    first, moved = _half_set(hub, dest)
+    dl.run(params(hub, dest, filename=SPLIT[0], update=True))  # the whole set at D
+    side = dl.sidecar_path(final(dest, SPLIT[0]))  # part 1 as if kept from C
+    rec = json.load(open(side))
+    rec["commit"] = first
+    with open(side, "w") as f:
+        json.dump(rec, f)
+    r = dl.run(params(hub, dest, filename=SPLIT[0]))
+    assert r["commit"] == first and _commits(r) == ([first] * 3, [first] * 3), r["msg"]
+
+
+def test_a_set_on_disk_from_two_commits_is_never_reported_as_one(hub, dest):
+    """The hub cannot be reached and the parts are recorded at two commits: the run fails, naming each
+    part's commit, and changes nothing (it used to keep the set and report the first part's commit)."""
+    for i, name in enumerate(SPLIT, 1):
+        hub.add_file("org/m/" + name, 1500 + i, seed=i)
+    r = dl.run(params(hub, dest, filename=SPLIT[0]))
+    side = dl.sidecar_path(final(dest, SPLIT[1]))
+    rec = json.load(open(side))
+    rec["commit"] = "a" * 40
+    with open(side, "w") as f:
+        json.dump(rec, f)
+    before = dict((p, sha256_of(p)) for p in r["paths"])
+    hub.stop()
+    with pytest.raises(dl.DownloadError) as e:
+        dl.run(params(hub, dest, filename=SPLIT[0], retries=0))
+    msg = e.value.msg
+    assert "2 commits" in msg and "%s: %s" % (SPLIT[1], "a" * 40) in msg and r["commit"] in msg, msg
+    assert dict((p, sha256_of(p)) for p in r["paths"]) == before and json.load(open(side)) == rec
+
+
+def test_a_set_that_cannot_move_verifiably_stays_whole_at_its_commit(hub, dest):
+    """update: true, but the new commit's claim for part 1 vouches for nothing (0 bytes, no sha256): part 1
+    is kept, so the other parts stay at its commit too (never a set of two commits)."""
+    for i, name in enumerate(SPLIT, 1):
+        hub.add_file("org/m/" + name, 1500 + i, seed=i)
+    r = dl.run(params(hub, dest, filename=SPLIT[0]))
+    first = r["commit"]
+    moved = hub.move_main("org/m")
+    hub.set_fault("claim", size=0, sha256="", file=SPLIT[0])
+    r = dl.run(params(hub, dest, filename=SPLIT[0], update=True))
+    assert not r["changed"] and _commits(r) == ([first] * 3, [first] * 3), r["msg"]
+    assert r["update_available"] and moved in r["msg"] and "0 bytes and no sha256" in r["msg"], r["msg"]
+    assert any("every part stays at commit %s" % first in w for w in r["warnings"]), r["warnings"]
+    assert [sha256_of(p) for p in r["paths"]] == [p["sha256"] for p in r["parts"]]
+
+
 # =============================================================================================
 # What the fast path trusts: a record the service user cannot write
 # =============================================================================================
-def _forge(path, sha):
-    """As the service user: a model of the right size with other bytes, and a record that describes it
-    (size, mtime, inode, ctime) with the hub's sha256 copied in."""
+def _forge(path, sha, uid=SERVICE_UID):
+    """As ``uid`` (the service user; None: the run's own user): a model of the right size with other bytes,
+    and a record that describes it (size, mtime, inode, ctime) with ``sha`` copied in (None: the forged
+    bytes' own sha256).  Returns the forged bytes' sha256."""
     side = dl.sidecar_path(path)
     rec = json.load(open(side))
     os.unlink(path)
     with open(path, "wb") as f:
         f.write(b"\xee" * rec["size"])
-    os.chown(path, SERVICE_UID, SERVICE_UID)
+    own = sha256_of(path)
+    if uid is not None:
+        os.chown(path, uid, uid)
     st = os.stat(path)
-    rec.update(size=st.st_size, mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns, inode=st.st_ino, sha256=sha)
+    rec.update(size=st.st_size, mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns, inode=st.st_ino,
+               sha256=own if sha is None else sha)
     os.unlink(side)
     with open(side, "w") as f:
         json.dump(rec, f)
-    os.chown(side, SERVICE_UID, SERVICE_UID)
+    os.chmod(side, 0o644)
+    if uid is not None:
+        os.chown(side, uid, uid)
     assert dl.sidecar_matches_file(rec, path)
+    return own
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as the service user (chown)")

@@ -109,6 +109,65 @@ def test_allow_and_ignore_patterns(qhub, dest):
         sn.run(snapshot_params(qhub, dest.parent / "other", allow_patterns=["*.gguf"]))
 
 
+# =============================================================================================
+# the shard index against the shards (vLLM loads every shard model.safetensors.index.json names)
+# =============================================================================================
+INDEX = "model.safetensors.index.json"
+
+
+def test_an_index_with_every_shard_is_published(qhub, dest):
+    r = sn.run(snapshot_params(qhub, dest, allow_patterns=["model*", "config.json"]))
+    assert r["changed"] and sorted(served(dest)) == sorted([SHARD1, SHARD2, INDEX, "config.json"])
+
+
+@pytest.mark.parametrize("patterns, why", [
+    ({"ignore_patterns": ["*-00002-of-*"]}, "ignore_patterns excludes it ('*-00002-of-*')"),
+    ({"allow_patterns": ["*-00001-of-*", "*.json"]}, "it matches none of allow_patterns"),
+])
+def test_an_index_naming_a_shard_the_patterns_leave_out_is_never_published(qhub, dest, patterns, why):
+    with pytest.raises(sn.DownloadError) as e:
+        sn.run(snapshot_params(qhub, dest, **patterns))
+    msg = e.value.msg
+    assert "refused to publish" in msg and INDEX in msg and "%s (%s" % (SHARD2, why) in msg, msg
+    assert SHARD1 not in msg and e.value.result["missing_shards"] == [SHARD2]
+    assert not os.path.lexists(str(dest))  # nothing switched in
+    # with a snapshot serving: the new patterns are refused the same way, the snapshot keeps serving
+    first = sn.run(snapshot_params(qhub, dest))
+    with pytest.raises(sn.DownloadError, match="refused to publish"):
+        sn.run(snapshot_params(qhub, dest, **patterns))
+    assert os.readlink(str(dest)).endswith("/" + first["commit"]) and served(dest) == qhub.digests
+
+
+def test_an_index_naming_a_shard_the_repository_lacks_is_never_published(qhub, dest):
+    path = str(qhub.repo_dir / INDEX)
+    index = json.load(open(path))
+    index["weight_map"]["lm_head.bias"] = "model-00003-of-00002.safetensors"
+    with open(path, "w") as f:
+        json.dump(index, f)
+    with pytest.raises(sn.DownloadError) as e:
+        sn.run(snapshot_params(qhub, dest))
+    msg = e.value.msg
+    lacks = "model-00003-of-00002.safetensors (the repository has no such file at %s)" % qhub.commit(REPO)
+    assert lacks in msg, msg
+    assert not os.path.lexists(str(dest))
+
+
+@pytest.mark.parametrize("weight_map", [None, ["x"], {"w": "../other/model.safetensors"}, {"w": 7}])
+def test_an_index_that_is_no_index_is_never_published(qhub, dest, weight_map):
+    path = str(qhub.repo_dir / INDEX)
+    with open(path, "w") as f:
+        json.dump({"metadata": {}} if weight_map is None else {"weight_map": weight_map}, f)
+    with pytest.raises(sn.DownloadError, match="is not a safetensors index"):
+        sn.run(snapshot_params(qhub, dest))
+    assert not os.path.lexists(str(dest))
+
+
+@pytest.mark.parametrize("ignore", [["*.index.json"], ["*.index.json", "*-00002-of-*"]])
+def test_no_index_is_fine(qhub, dest, ignore):
+    r = sn.run(snapshot_params(qhub, dest, ignore_patterns=ignore))
+    assert r["changed"] and INDEX not in served(dest) and SHARD1 in served(dest)
+
+
 def test_modelscope_layout_verified_by_sha256(qhub, dest):
     commit = qhub.commit(REPO)
     r = sn.run(snapshot_params(qhub, dest, source="modelscope"))
