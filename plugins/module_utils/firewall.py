@@ -40,6 +40,7 @@ import os
 import re
 
 from ansible_collections.llmops.serving.plugins.module_utils.bounded_run import run_bounded
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import brief
 
 PROTOCOLS = ("tcp", "udp", "sctp", "dccp")
 _PORT_RE = re.compile(r"^([0-9]{1,5})(?:-([0-9]{1,5}))?(?:/([a-z]+))?$")
@@ -65,14 +66,14 @@ def normal_port(spec):
     text = str(spec).strip().lower()
     match = _PORT_RE.match(text)
     if not match:
-        raise FirewallError("port %r: write a port (8003), a range (10002-10999) or either with a protocol "
-                            "(8003/tcp)" % (spec,))
+        raise FirewallError("port %s: write a port (8003), a range (10002-10999) or either with a protocol "
+                            "(8003/tcp)" % brief(spec))
     low, high, proto = int(match.group(1)), match.group(2), match.group(3) or "tcp"
     high = int(high) if high is not None else None
     if not 1 <= low <= 65535 or (high is not None and not low < high <= 65535):
-        raise FirewallError("port %r is out of range 1-65535 (or the range is backwards)" % (spec,))
+        raise FirewallError("port %s is out of range 1-65535 (or the range is backwards)" % brief(spec))
     if proto not in PROTOCOLS:
-        raise FirewallError("port %r: protocol must be one of %s" % (spec, ", ".join(PROTOCOLS)))
+        raise FirewallError("port %s: protocol must be one of %s" % (brief(spec), ", ".join(PROTOCOLS)))
     return "%d%s/%s" % (low, "-%d" % high if high else "", proto)
 
 
@@ -84,8 +85,8 @@ def normal_source(source):
             return str(ipaddress.ip_network(text, strict=False))
         return str(ipaddress.ip_address(text))
     except ValueError:
-        raise FirewallError("source %r is not an IP address or network (firewalld takes no host names)"
-                            % (source,)) from None
+        raise FirewallError("source %s is not an IP address or network (firewalld takes no host names)"
+                            % brief(source)) from None
 
 
 def family(source):
@@ -200,9 +201,9 @@ def record_path(record_dir, owner):
     that stays inside record_dir (a symbolic link out of it is refused)."""
     owner = owner if isinstance(owner, str) else ""
     if not OWNER_RE.fullmatch(owner):
-        raise FirewallError("owner %r must be a plain name (letters, digits, '_', '-', '.'; starting with a "
+        raise FirewallError("owner %s must be a plain name (letters, digits, '_', '-', '.'; starting with a "
                             "letter or digit; at most 64 characters), e.g. serving: it names the record file "
-                            "in %s" % (owner, record_dir))
+                            "in %s" % (brief(owner), brief(record_dir)))
     directory = os.path.realpath(record_dir)
     path = os.path.join(record_dir, "%s.json" % owner)
     if os.path.dirname(os.path.realpath(path)) != directory:
@@ -296,8 +297,8 @@ def check_zone(zone):
     """A zone name given by the user ('' = none): firewalld's spelling, over the whole string."""
     zone = zone if isinstance(zone, str) else ""
     if zone and not ZONE_RE.fullmatch(zone):
-        raise FirewallError("zone %r is not a firewalld zone name (letters, digits, '_', '-', '+', '.'; at "
-                            "most 17 characters): see firewall-cmd --get-zones" % (zone,))
+        raise FirewallError("zone %s is not a firewalld zone name (letters, digits, '_', '-', '+', '.'; at "
+                            "most 17 characters): see firewall-cmd --get-zones" % brief(zone))
     return zone
 
 
@@ -385,7 +386,7 @@ def normal_listeners(listen):
     out = []
     for item in listen or ():
         if not isinstance(item, dict):
-            raise FirewallError("listen entry %r: write {port: 8003, host: 0.0.0.0}" % (item,))
+            raise FirewallError("listen entry %s: write {port: 8003, host: 0.0.0.0}" % brief(item))
         port = normal_port(item.get("port"))
         addresses = []
         for part in str(item.get("host") or "").split(","):
