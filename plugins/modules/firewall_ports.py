@@ -25,7 +25,7 @@ description:
     wildcard address (V(0.0.0.0), V(::)) into the zones of all active interfaces; an interface in no zone,
     an address on no interface and the ports of O(ports) go to firewalld's default zone. RV(reasons) says
     why each zone was used.
-  - Every firewall-cmd and ip call has a deadline (O(timeout)): a hung firewall-cmd fails the task naming
+  - Every firewall-cmd and ip call has a deadline (O(timeout)); a hung firewall-cmd fails the task naming
     the call.
   - Reads each layer once (C(--list-ports), C(--list-rich-rules); permanent and runtime) and runs
     firewall-cmd only for what is missing, so a second run changes nothing.

@@ -15,7 +15,10 @@ import sys
 
 import pytest
 import yaml
-from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import exposed_ports
+from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import (
+    exposed_listeners,
+    exposed_ports,
+)
 
 from tests.helpers import FIXTURES, ROOT, load_yaml, run_local_playbook
 from tests.roles.test_nvidia_driver import flat_tasks
@@ -35,6 +38,10 @@ def test_only_instances_bound_beyond_loopback_need_a_port():
     plans = [{"host": "0.0.0.0", "port": 8003}, {"host": "127.0.0.1", "port": 8000},
              {"host": "127.0.0.1,10.0.0.5", "port": 8010}, {"host": "::1", "port": 8020}]
     assert exposed_ports(plans) == ["8003/tcp", "8010/tcp"]
+    # with their bind addresses: firewall_ports opens each in the zone of the interface carrying it
+    assert exposed_listeners(plans) == [{"port": "8003/tcp", "host": "0.0.0.0"},
+                                        {"port": "8010/tcp", "host": "127.0.0.1,10.0.0.5"}]
+    assert exposed_listeners([]) == [] and exposed_listeners(None) == []
 
 
 def test_serving_opens_its_ports_after_the_instances_by_default():
