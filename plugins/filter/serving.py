@@ -138,6 +138,7 @@ class FilterModule(object):
             "serving_unit_names": _wrap(instance_plan.unit_names),
             "serving_engine_paths": _wrap(instance_plan.engine_paths),
             "serving_exposed_ports": _wrap(instance_plan.exposed_ports),
+            "serving_exposed_listeners": _wrap(instance_plan.exposed_listeners),
             "serving_renamed_variables": _wrap(serving_renamed_variables),
             "systemd_version": _wrap(systemd_version),
             "systemd_quote": _wrap(systemd_quote),

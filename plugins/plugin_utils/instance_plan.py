@@ -96,6 +96,15 @@ def exposed_ports(plans):
     return ["%d/tcp" % p for p in sorted(ports)]
 
 
+def exposed_listeners(plans):
+    """[{port: '<port>/tcp', host: bind address(es)}] of the instances exposed_ports() opens: firewall_ports
+    opens each in the firewalld zone of the interface carrying its address (issue 35.5)."""
+    exposed = set(exposed_ports(plans))
+    return [{"port": "%d/tcp" % int(plan["port"]), "host": str(plan.get("host"))}
+            for plan in sorted(plans or (), key=lambda p: int(p["port"]))
+            if "%d/tcp" % int(plan["port"]) in exposed and plan.get("host")]
+
+
 def connect_host(host):
     """Where a client on the node reaches a server bound to `host`."""
     first = str(host).split(",", 1)[0].strip()

@@ -7,6 +7,7 @@ bindings, which CentOS 7 does not have). The roles' firewall tasks run here for 
 firewall-cmd of tests/fixtures/fake_firewalld."""
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -14,12 +15,16 @@ import sys
 
 import pytest
 import yaml
-from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import exposed_ports
+from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import (
+    exposed_listeners,
+    exposed_ports,
+)
 
 from tests.helpers import FIXTURES, ROOT, load_yaml, run_local_playbook
 from tests.roles.test_nvidia_driver import flat_tasks
 
 FAKE = os.path.join(FIXTURES, "fake_firewalld", "firewall-cmd")
+FAKE_IP = os.path.join(FIXTURES, "fake_firewalld", "ip")
 RICH = 'rule family="ipv4" source address="%s" port port="%s" protocol="tcp" accept'
 
 
@@ -33,6 +38,10 @@ def test_only_instances_bound_beyond_loopback_need_a_port():
     plans = [{"host": "0.0.0.0", "port": 8003}, {"host": "127.0.0.1", "port": 8000},
              {"host": "127.0.0.1,10.0.0.5", "port": 8010}, {"host": "::1", "port": 8020}]
     assert exposed_ports(plans) == ["8003/tcp", "8010/tcp"]
+    # with their bind addresses: firewall_ports opens each in the zone of the interface carrying it
+    assert exposed_listeners(plans) == [{"port": "8003/tcp", "host": "0.0.0.0"},
+                                        {"port": "8010/tcp", "host": "127.0.0.1,10.0.0.5"}]
+    assert exposed_listeners([]) == [] and exposed_listeners(None) == []
 
 
 def test_serving_opens_its_ports_after_the_instances_by_default():
@@ -50,10 +59,17 @@ def firewalld(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shutil.copy(FAKE, str(bin_dir / "firewall-cmd"))
+    shutil.copy(FAKE_IP, str(bin_dir / "ip"))
     state = tmp_path / "firewalld"
     env = {"FAKE_FIREWALLD_DIR": str(state / "permanent"),
            "FAKE_FIREWALLD_RUNTIME_DIR": str(state / "runtime"),
-           "FAKE_FIREWALLD_LOG": str(state / "calls.log")}
+           "FAKE_FIREWALLD_LOG": str(state / "calls.log"),
+           "FAKE_IP_ADDRESSES": str(tmp_path / "addresses.json")}
+    # the node: eth0 (no zone: the default, public) and eth1 in zone internal
+    (tmp_path / "addresses.json").write_text(json.dumps({"lo": ["127.0.0.1/8"], "eth0": ["192.0.2.2/24"],
+                                                         "eth1": ["10.0.0.5/24"]}))
+    (state / "permanent").mkdir(parents=True)
+    (state / "permanent" / "interfaces.json").write_text(json.dumps({"eth1": "internal"}))
     return bin_dir, env
 
 
@@ -65,7 +81,9 @@ def firewall_cmd(env, *args):
 def run_tasks(tmp_path, firewalld, role, variables):
     bin_dir, env = firewalld
     play = [{"hosts": "localhost", "gather_facts": False, "connection": "local",
-             "module_defaults": {"llmops.serving.firewall_ports": {"record_dir": str(tmp_path / "record")}},
+             # ip: the double (get_bin_path looks in /usr/sbin before PATH)
+             "module_defaults": {"llmops.serving.firewall_ports": {"record_dir": str(tmp_path / "record"),
+                                                                   "ip_cmd": str(bin_dir / "ip")}},
              "tasks": [{"ansible.builtin.include_role": {"name": "llmops.serving.%s" % role,
                                                           "tasks_from": "firewall.yml"},
                         "vars": variables}]}]
@@ -94,7 +112,6 @@ def test_serving_opens_the_l20_port_to_the_sources_then_changes_nothing(tmp_path
 
 def test_serving_without_firewalld_says_which_port_to_open(tmp_path, firewalld):
     state = tmp_path / "firewalld" / "permanent"
-    state.mkdir(parents=True)
     (state / "stopped").write_text("")
     result, stats = run_tasks(tmp_path, firewalld, "serving", {"_serving_instance_plans": L20_PLAN})
     assert result.returncode == 0 and stats["changed"] == 0
@@ -117,3 +134,30 @@ def test_ray_opens_its_ports_to_the_peers_only_and_drops_a_peer_that_left(tmp_pa
     assert result.returncode == 0 and stats["changed"] == 1
     assert set(firewall_cmd(env, "--list-rich-rules").splitlines()) == {
         RICH % ("10.0.0.2", port) for port in ("6380", "10002-10999")}
+
+
+def test_serving_opens_a_port_in_the_zone_of_its_bind_address_not_the_default(tmp_path, firewalld):
+    plans = [{"name": "qwen36-27b", "host": "10.0.0.5", "port": 8003},
+             {"name": "qwen36-27b-fp8", "host": "0.0.0.0", "port": 8004}]
+    result, stats = run_tasks(tmp_path, firewalld, "serving", {"_serving_instance_plans": plans})
+    assert result.returncode == 0, result.stdout + result.stderr
+    env = firewalld[1]
+    assert firewall_cmd(env, "--zone=internal", "--list-ports").split() == ["8003/tcp", "8004/tcp"]
+    assert firewall_cmd(env, "--permanent", "--zone=public", "--list-ports").split() == ["8004/tcp"]
+    assert "8003/tcp: zone internal (10.0.0.5 is on eth1; eth1 is in zone internal)" in result.stdout
+    given, _stats = run_tasks(tmp_path, firewalld, "serving",
+                              {"_serving_instance_plans": plans, "serving_firewall_zone": "trusted"})
+    assert given.returncode == 0, given.stdout + given.stderr
+    assert firewall_cmd(env, "--zone=trusted", "--list-ports").split() == ["8003/tcp", "8004/tcp"]
+    assert firewall_cmd(env, "--zone=internal", "--list-ports").split() == []
+
+
+def test_ray_opens_its_ports_in_the_zone_of_the_node_address(tmp_path, firewalld):
+    variables = {"_ray_cluster_peers": ["10.0.0.2"], "_ray_cluster_open_ports": ["6380", "10002-10999"],
+                 "_ray_cluster_node_ip": "10.0.0.5"}
+    result, _stats = run_tasks(tmp_path, firewalld, "ray_cluster", variables)
+    assert result.returncode == 0, result.stdout + result.stderr
+    env = firewalld[1]
+    assert set(firewall_cmd(env, "--zone=internal", "--list-rich-rules").splitlines()) == {
+        RICH % ("10.0.0.2", port) for port in ("6380", "10002-10999")}
+    assert firewall_cmd(env, "--zone=public", "--list-rich-rules").strip() == ""
