@@ -29,8 +29,10 @@ import json
 import os
 import re
 
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
+
 PROTOCOLS = ("tcp", "udp", "sctp", "dccp")
-_PORT_RE = re.compile(r"^([0-9]{1,5})(?:-([0-9]{1,5}))?(?:/([a-z]+))?$")
+_PORT_RE = whole(r"([0-9]{1,5})(?:-([0-9]{1,5}))?(?:/([a-z]+))?")
 _ATTR_RE = re.compile(r'([a-z]+)="([^"]*)"')
 
 

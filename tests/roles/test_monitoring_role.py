@@ -194,6 +194,9 @@ def test_el_installs_release_archives(tmp_path):
 # --- the monitoring host ----------------------------------------------------------------------------------
 
 
+SERVER_FLAGS_TASK = "Plan Prometheus' flags and check the basic-auth users"
+
+
 def server_vars(**extra):
     given = dict(
         {
@@ -213,6 +216,10 @@ def server_vars(**extra):
         **extra,
     )
     variables = role_vars(SERVER_ROLE, **given)
+    templar = role_templar(SERVER_ROLE, variables)
+    # What plan.yml decides before anything changes (Prometheus' flags, checked).
+    variables["_monitoring_server_prometheus_args"] = templar.template(task_expression(
+        SERVER_ROLE, "plan.yml", SERVER_FLAGS_TASK, "_monitoring_server_prometheus_args"))
     return variables, role_templar(SERVER_ROLE, variables)
 
 
