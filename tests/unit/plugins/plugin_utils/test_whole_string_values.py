@@ -17,7 +17,7 @@ from ansible_collections.llmops.serving.plugins.plugin_utils.env_files import ch
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 
 HEX = "ab" * 32
-STATS_SOCKET = "stdout format raw local0\n    stats socket /tmp/x.sock mode 666 level admin"
+STATS_SOCKET = "stdout format raw local0\n stats socket /tmp/x.sock mode 666 level admin"  # the issue's
 
 
 # --- class 1: validators that stopped before a final newline ---------------------------------------------
