@@ -108,17 +108,11 @@ def test_the_walk_finds_a_dollar_anchored_check_and_passes_the_others():
     assert [where for where, _ in yaml_offenders(text)] == ["<text>:2", "<text>:3", "<text>:5"]
 
 
-@pytest.mark.parametrize("path", python_files(), ids=lambda p: os.path.relpath(p, ROOT))
-def test_no_python_check_is_anchored_with_dollar(path):
+@pytest.mark.parametrize("path", python_files() + yaml_files(), ids=lambda p: os.path.relpath(p, ROOT))
+def test_no_check_is_anchored_with_dollar(path):
+    offenders = python_offenders if path.endswith(".py") else yaml_offenders
     with open(path) as handle:
-        found = python_offenders(handle.read(), os.path.relpath(path, ROOT))
-    assert not found, ("a pattern ending in `$` lets a final newline through; use "
-                       "plugins/module_utils/validators.py (whole / matches): %s" % found)
-
-
-@pytest.mark.parametrize("path", yaml_files(), ids=lambda p: os.path.relpath(p, ROOT))
-def test_no_yaml_check_is_anchored_with_dollar(path):
-    with open(path) as handle:
-        found = yaml_offenders(handle.read(), os.path.relpath(path, ROOT))
-    assert not found, ("a `match`/`search` pattern ending in `$` lets a final newline through; end it with "
-                       "\\Z: %s" % found)
+        found = offenders(handle.read(), os.path.relpath(path, ROOT))
+    assert not found, ("a pattern ending in `$` lets a final newline through; in Python use "
+                       "plugins/module_utils/validators.py (whole / matches), in YAML end it with \\Z: %s"
+                       % found)
