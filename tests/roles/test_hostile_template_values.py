@@ -59,14 +59,26 @@ def test_a_ray_unit_value_with_a_newline_is_refused(key):
 # --- the GPU collector's timer ----------------------------------------------------------------------------
 
 
+def plan_check():
+    return next(t for t in load_yaml(os.path.join(mon.NODE_ROLE, "tasks", "plan.yml"))
+                if t["name"].startswith("Check the GPU collector's interval"))
+
+
 def test_a_collector_interval_that_is_not_a_time_span_is_refused(tmp_path):
     _variables, templar = mon.node_plan(tmp_path, monitoring_gpu_collector_interval="15s\nUnit=other.service")
     with pytest.raises(AnsibleError, match="monitoring_gpu_collector_interval"):
         mon.render(templar, mon.NODE_ROLE, "llmops-gpu-metrics.timer.j2")
-    check = next(t for t in load_yaml(os.path.join(mon.NODE_ROLE, "tasks", "plan.yml"))
-                 if t["name"].startswith("Check the GPU collector's interval"))
     with pytest.raises(AnsibleError, match="monitoring_gpu_collector_interval"):
-        templar.template("{{ %s }}" % check["ansible.builtin.assert"]["that"][0])
+        templar.template("{{ %s }}" % plan_check()["ansible.builtin.assert"]["that"][0])
+
+
+def test_a_collector_python_with_a_newline_is_refused_before_the_root_run_entry_point(tmp_path):
+    python = "/usr/bin/python3\nimport os; os.system('x')"
+    _variables, templar = mon.node_plan(tmp_path, monitoring_python=python)
+    with pytest.raises(AnsibleError, match="monitoring_python"):
+        mon.render(templar, mon.NODE_ROLE, "llmops_gpu_metrics.py.j2")
+    with pytest.raises(AnsibleError, match="monitoring_python"):
+        templar.template("{{ %s }}" % plan_check()["ansible.builtin.assert"]["that"][1])
 
 
 def test_a_collector_interval_of_two_units_renders(tmp_path):
