@@ -146,19 +146,28 @@ def test_the_grafana_data_source_is_one_with_the_user_given():
     assert sources[0]["secureJsonData"]["basicAuthPassword"] == 'pw" with: yaml'
 
 
+# --- plan-time checks of other roles' files ---------------------------------------------------------------
+
+
+def assert_conditions(role, tasks_file, name, variables):
+    """The conditions of assert task `name` of `role`, over its defaults, `variables` and the task's vars."""
+    role_dir = os.path.join(ROOT, "roles", role)
+    given = load_yaml(os.path.join(role_dir, "defaults", "main.yml"))
+    given.update(variables)
+    task = next(t for t in load_yaml(os.path.join(role_dir, "tasks", tasks_file)) if t["name"] == name)
+    given.update(task.get("vars") or {})
+    templar = mon.role_templar(role_dir, given)
+    return [templar.template("{{ %s }}" % c) for c in task["ansible.builtin.assert"]["that"]]
+
+
 # --- llama.cpp's Dockerfile ------------------------------------------------------------------------------
 
-LLAMA_ROLE = os.path.join(ROOT, "roles", "llama_cpp")
+DOCKERFILE_CHECK = ("llama_cpp", "validate.yml",
+                    "Check the values the Dockerfile receives (image references, packages, apt mirror)")
 
 
 def dockerfile_check(**extra):
-    """The conditions of the Dockerfile check of llama_cpp/tasks/validate.yml over the defaults + `extra`."""
-    variables = load_yaml(os.path.join(LLAMA_ROLE, "defaults", "main.yml"))
-    variables.update(extra)
-    task = next(t for t in load_yaml(os.path.join(LLAMA_ROLE, "tasks", "validate.yml"))
-                if t["name"].startswith("Check the values the Dockerfile receives"))
-    templar = mon.role_templar(LLAMA_ROLE, variables)
-    return [templar.template("{{ %s }}" % c) for c in task["ansible.builtin.assert"]["that"]]
+    return assert_conditions(*DOCKERFILE_CHECK, extra)
 
 
 def test_the_dockerfile_values_a_user_means_pass():
@@ -178,6 +187,38 @@ def test_the_dockerfile_values_a_user_means_pass():
 ])
 def test_a_dockerfile_value_that_would_become_an_instruction_is_refused(key, value, index):
     assert dockerfile_check(**{key: value})[index] is False
+
+
+# --- repository files -------------------------------------------------------------------------------------
+
+
+EL7_CHECK = ("el7_bootstrap", "el7.yml", "Check the repository URLs (one word each)")
+APT_CHECK = ("packages_common", "repo-Debian.yml", "Check the repository's name and URI (one word each)")
+APT = {"packages_common_apt_name": "nvidia-container-toolkit", "packages_common_apt_key_url": "https://k",
+       "packages_common_apt_uri": "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"}
+
+
+def test_repository_urls_a_user_means_pass():
+    assert assert_conditions(*EL7_CHECK, {}) == [True]
+    mirror = {"el7_bootstrap_mirror": "http://mirror.lan/centos-vault/7.9.2009"}
+    assert assert_conditions(*EL7_CHECK, mirror) == [True]
+    assert assert_conditions(*APT_CHECK, APT) == [True, True]
+
+
+@pytest.mark.parametrize("variables", [
+    {"el7_bootstrap_mirror": "http://m/centos\ngpgcheck=0"},
+    {"el7_bootstrap_epel_gpgkey": "https://k\nLLMOPS_REPO_EOF\ntouch /x"},
+    {"el7_bootstrap_base_baseurl": "http://m/os/ http://evil/"},
+])
+def test_a_repository_url_that_would_add_an_option_or_end_the_here_document_is_refused(variables):
+    assert assert_conditions(*EL7_CHECK, variables) == [False]
+
+
+def test_an_apt_source_that_would_add_a_repository_is_refused():
+    uri = "https://r/ /\ndeb [trusted=yes] http://evil"
+    assert assert_conditions(*APT_CHECK, dict(APT, packages_common_apt_uri=uri))[0] is False
+    name = "x.asc] http://evil /\n#"
+    assert assert_conditions(*APT_CHECK, dict(APT, packages_common_apt_name=name))[1] is False
 
 
 # --- validate: steps --------------------------------------------------------------------------------------
