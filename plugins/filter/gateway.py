@@ -12,6 +12,7 @@ gateway's tasks and templates.
     {{ config | llmops.serving.gateway_fact(url=..., admin_socket=...) }}  -> the llmops_gateway fact
     {{ 'HAProxy version 2.6.12-1+deb12u4' | llmops.serving.gateway_haproxy_version }} -> [2, 6, 12]
     {{ '10.0.0.5' | llmops.serving.gateway_server_address(8000) }}       -> 10.0.0.5:8000
+    {{ '127.0.0.1' | llmops.serving.gateway_bind(9101, 'gateway_metrics_address') }}  -> 127.0.0.1:9101
 """
 from __future__ import absolute_import, division, print_function
 
@@ -46,4 +47,5 @@ class FilterModule(object):
             "gateway_fact": _wrap(gateway_fact),
             "gateway_haproxy_version": _wrap(gateway_config.parse_version),
             "gateway_server_address": _wrap(gateway_config.haproxy_address),
+            "gateway_bind": _wrap(gateway_config.bind_line),
         }

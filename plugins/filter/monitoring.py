@@ -12,6 +12,8 @@
     {{ nodes | llmops.serving.monitoring_inventory_rules(min_decode_tps, max_ttft_s) }}         -> rule groups
     {{ options | llmops.serving.monitoring_server_config }}              -> prometheus.yml
     {{ options | llmops.serving.monitoring_alertmanager_config }}        -> alertmanager.yml
+    {{ options | llmops.serving.monitoring_prometheus_args }}            -> Prometheus' flags (ARGS)
+    {{ 'llmops-grafana' | llmops.serving.monitoring_username('monitoring_server_query_username') }}
 """
 from __future__ import absolute_import, division, print_function
 
@@ -39,4 +41,6 @@ class FilterModule(object):
             "monitoring_inventory_rules": _wrap(monitoring.inventory_rules),
             "monitoring_server_config": _wrap(monitoring.server_config),
             "monitoring_alertmanager_config": _wrap(monitoring.alertmanager_config),
+            "monitoring_prometheus_args": _wrap(monitoring.prometheus_args),
+            "monitoring_username": _wrap(monitoring.check_username),
         }

@@ -21,6 +21,10 @@ spellings systemd.py and container.py.
     {{ _serving_instance_plans | llmops.serving.serving_engine_paths('/usr/bin/docker') }}  -> engine paths
     {{ 'systemd 219 (219)' | llmops.serving.systemd_version }}
     {{ pid1_status_and_limits | llmops.serving.serving_memlock_limit(serving_memlock_limit) }}
+    {{ ray_cluster_env | llmops.serving.systemd_environment('ray_cluster_env') }}  -> ['"NAME=value"', ...]
+    {{ ray_cluster_user | llmops.serving.systemd_unit_value('ray_cluster_user') }}  -> one line, % doubled
+    {{ '15s' | llmops.serving.systemd_timespan('monitoring_gpu_collector_interval') }}  -> '15s' or refused
+    {{ 'ray.service' | llmops.serving.systemd_verify_command }}     -> a template task's validate: command
 """
 from __future__ import absolute_import, division, print_function
 
@@ -143,4 +147,8 @@ class FilterModule(object):
             "systemd_version": _wrap(systemd_version),
             "systemd_quote": _wrap(systemd_quote),
             "serving_memlock_limit": _wrap(systemd.memlock_limit),
+            "systemd_environment": _wrap(systemd.environment),
+            "systemd_unit_value": _wrap(systemd.unit_value),
+            "systemd_timespan": _wrap(systemd.timespan),
+            "systemd_verify_command": _wrap(systemd.verify_command),
         }

@@ -32,6 +32,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.llmops.serving.plugins.module_utils.validators import matches
+
 # Minimum Linux x86_64 driver per CUDA release (the "GA" row of Table 3, "CUDA Toolkit and Corresponding
 # Driver Versions", in the NVIDIA CUDA Toolkit release notes): the driver each toolkit ships with. It says
 # which CUDA version a driver is (550.54.14 -> 12.4), not which programs it runs: see FAMILY_MIN_DRIVER.
@@ -88,7 +90,7 @@ _GPU_CLASSES = (
 def version_tuple(text):
     """'550.54.14' -> (550, 54, 14); '12.4' -> (12, 4). Raises ValueError on anything else."""
     text = str(text).strip()
-    if not re.match(r"^[0-9]+(\.[0-9]+)*$", text):
+    if not matches(r"[0-9]+(\.[0-9]+)*", text):
         raise ValueError("not a version: %r" % (text,))
     return tuple(int(p) for p in text.split("."))
 

@@ -56,10 +56,11 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import stat
 import tempfile
 import time
+
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 
 __metaclass__ = type
 
@@ -67,7 +68,7 @@ STATES = ("deploy", "restore", "commit", "swap", "release", "query")
 # A unit or an env file is a few KiB; a bigger file in these places is not one the role wrote.
 MAX_FILE = 1 << 20
 # Instance names as role serving allows them (instance_plan._NAME_RE): a single path component.
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+NAME_RE = whole(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 # The kinds of live file, as the messages name them.
 UNIT, ENV = "unit", "environment file"
 UNIT_MODE, ENV_MODE, RECORD_MODE, DIR_MODE = 0o644, 0o600, 0o600, 0o700

@@ -21,8 +21,10 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
+
 GIB = 1024 ** 3
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?)B?\s*$", re.I)
+_SIZE_RE = whole(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?)B?\s*", re.I)
 
 
 class DiskError(Exception):

@@ -71,7 +71,7 @@ def redact_url(url):
 
 # Query keys of signed or authenticated URLs: S3 (X-Amz-Signature, X-Amz-Credential, X-Amz-Security-Token),
 # GCS (X-Goog-Signature), CloudFront (Signature, Key-Pair-Id, Policy), Azure SAS (sig), generic token/key.
-SIGNED_QUERY = re.compile(r"(?i)(signature|credential|security-token|sig$|token|key|secret|auth|password|"
+SIGNED_QUERY = re.compile(r"(?i)(signature|credential|security-token|sig\Z|token|key|secret|auth|password|"
                           r"session|policy)")
 
 

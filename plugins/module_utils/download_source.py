@@ -18,7 +18,6 @@ from __future__ import absolute_import, division, print_function
 
 import json
 import os
-import re
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 from ansible_collections.llmops.serving.plugins.module_utils.download_http import (
@@ -33,12 +32,13 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_messages i
     DownloadError,
     redact_url,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 
 __metaclass__ = type
 
-SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<idx>\d{5})-of-(?P<total>\d{5})\.gguf$")
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
+SPLIT_RE = whole(r"(?P<stem>.+)-(?P<idx>\d{5})-of-(?P<total>\d{5})\.gguf")
+HEX40 = whole(r"[0-9a-f]{40}")
+HEX64 = whole(r"[0-9a-f]{64}")
 # The largest file size there can be (a file offset, off_t): a claim above it is not a file's size.
 MAX_FILE_SIZE = (1 << 63) - 1
 # A ModelScope listing is read and parsed within these limits (a real entry is ~400 bytes and ~14 JSON

@@ -41,9 +41,10 @@ import re
 
 from ansible_collections.llmops.serving.plugins.module_utils.bounded_run import run_bounded
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import brief
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 
 PROTOCOLS = ("tcp", "udp", "sctp", "dccp")
-_PORT_RE = re.compile(r"^([0-9]{1,5})(?:-([0-9]{1,5}))?(?:/([a-z]+))?$")
+_PORT_RE = whole(r"([0-9]{1,5})(?:-([0-9]{1,5}))?(?:/([a-z]+))?")
 _ATTR_RE = re.compile(r'([a-z]+)="([^"]*)"')
 # An owner names its record file <owner>.json: a plain name, never a path (no "/", no "..", no newline).
 OWNER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

@@ -25,6 +25,7 @@ import time
 
 from ansible_collections.llmops.serving.plugins.module_utils import file_identity
 from ansible_collections.llmops.serving.plugins.module_utils.chat_template import chat_template_risks
+from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -108,7 +109,7 @@ FILE_TYPES = {
 # Hybrid architectures whose layout follows {arch}.full_attention_interval (default 4 in llama.cpp).
 INTERVAL_HYBRIDS = ("qwen3next", "qwen35", "qwen35moe")
 
-SPLIT_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+SPLIT_RE = whole(r"(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
 
 # Values kept whole in the parsed key/values; longer arrays keep only a head (tokens, merges, scores).
 KEEP_NUMERIC_ARRAY = 4096
@@ -968,6 +969,6 @@ def normalize_digest(value):
     text = (value or "").strip().lower()
     if text.startswith("sha256:"):
         text = text[len("sha256:"):]
-    if not re.match(r"^[0-9a-f]{64}$", text):
+    if not matches(r"[0-9a-f]{64}", text):
         raise ValueError("sha256 must be 64 hex digits (optionally prefixed 'sha256:'), got %r" % value)
     return text

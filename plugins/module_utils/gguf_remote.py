@@ -23,7 +23,6 @@ from __future__ import absolute_import, division, print_function
 
 import os
 import posixpath
-import re
 import tempfile
 from http import client as http_client
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -54,6 +53,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_source imp
     is_modelscope,
     resolve_url,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 
 __metaclass__ = type
 
@@ -69,7 +69,7 @@ REMOTE_OPTIONS = ("url", "url_query", "source", "repo", "filename", "revision", 
 # normalize() validates a download destination; gguf_info writes nothing, this is never created or read.
 NO_DEST = os.path.join(tempfile.gettempdir(), "llmops-gguf-info-writes-nothing")
 
-CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$")
+CONTENT_RANGE = whole(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 NO_RANGES = ("%s answered a Range request with the whole file (HTTP 200, %s): the server does not support "
              "range requests; download the model first (model_download, then gguf_info on the local file) "
              "or use a mirror that does")
@@ -274,7 +274,7 @@ class _RangeFile(object):
 
     def _body(self, resp, start, end):
         if resp.status == 416 and start == 0:
-            m = re.match(r"^bytes\s+\*/(\d+)$", resp.getheader("Content-Range") or "")
+            m = matches(r"bytes\s+\*/(\d+)", resp.getheader("Content-Range") or "")
             drain(resp)
             if m:
                 self.size = int(m.group(1))

@@ -28,6 +28,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.cuda_compat import 
     version_tuple,
 )
 from ansible_collections.llmops.serving.plugins.module_utils.gpu_names import matches_gpu
+from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 
 # The query the product runs, in this order. Other roles depend on the facts built from it.
 QUERY_FIELDS = (
@@ -134,8 +135,8 @@ FAULT_MARKERS = (
 GPU_STATES = ("ok", "reset_required", "error", "lost")  # from healthy to worst
 
 # How each queried field is read: (parser, required).
-_CAP_RE = re.compile(r"^[0-9]+\.[0-9]+$")
-_ROW_START_RE = re.compile(r"^\s*[0-9]+\s*$")
+_CAP_RE = whole(r"[0-9]+\.[0-9]+")
+_ROW_START_RE = whole(r"\s*[0-9]+\s*")
 
 _LOST_RE = re.compile(
     r"Unable to determine the device handle for (?:GPU|gpu) ?"
@@ -181,7 +182,7 @@ def _na(value):
 
 def _strip_unit(value):
     value = value.strip()
-    m = re.match(r"^(-?[0-9]+(?:\.[0-9]+)?)\s*(?:MiB|W|C|%|MHz)?$", value)
+    m = matches(r"(-?[0-9]+(?:\.[0-9]+)?)\s*(?:MiB|W|C|%|MHz)?", value)
     if not m:
         raise ValueError("unexpected value %r" % (value,))
     return m.group(1)
@@ -786,9 +787,9 @@ def parse_arch_requirement(spec):
     text = text.lower()
     if text.startswith("sm_"):
         text = text[3:]
-    if re.match(r"^[0-9]+\.[0-9]+$", text):
+    if matches(r"[0-9]+\.[0-9]+", text):
         cap = version_tuple(text)
-    elif re.match(r"^[0-9]{2,3}$", text):
+    elif matches(r"[0-9]{2,3}", text):
         cap = (int(text[:-1]), int(text[-1]))
     else:
         raise ValueError("require_arch entry %r is not a compute capability: use '8.9' (exact), "

@@ -37,6 +37,7 @@ import re
 import time
 
 from ansible_collections.llmops.serving.plugins.module_utils import gpu
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 
 # Labels of every per-GPU series; the rest of a GPU's identity is in llmops_gpu_info.
 IDENTITY_FIELDS = ("index", "uuid", "name", "pci.bus_id", "driver_version")
@@ -95,7 +96,7 @@ THROTTLE_REASONS = (
 _XID_RE = re.compile(r"NVRM: Xid \(PCI:(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?\):\s*"
                      r"(?P<xid>\d+)\b")
 _BUS_RE = re.compile(r"^(?P<domain>[0-9A-Fa-f]{4,8}):(?P<bus>[0-9A-Fa-f]{2}):(?P<device>[0-9A-Fa-f]{2})")
-_PSTATE_RE = re.compile(r"^P(\d+)$")
+_PSTATE_RE = whole(r"P(\d+)")
 
 HEALTHY_HELP = "1 when nvidia-smi reads the GPU, 0 when it reports it lost, needing a reset or in error."
 BOOT_ID = "/proc/sys/kernel/random/boot_id"

@@ -20,6 +20,8 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
+
 NVIDIA_VENDOR = "10de"
 # PCI base class 0x03 (display controller): subclass 0x00 VGA compatible controller (workstation and consumer
 # cards), 0x02 3D controller (data-center cards without a display engine, the L20 among them). NVIDIA's audio
@@ -35,8 +37,8 @@ PCI_PRODUCTS = {
     "26ba": "L20",
 }
 
-_HEX_RE = re.compile(r"^(?:0x)?([0-9a-fA-F]+)$")
-_DEVICE_ID_RE = re.compile(r"^(?:(?:0x)?([0-9a-fA-F]{4})[:.])?(?:0x)?([0-9a-fA-F]{4})$")
+_HEX_RE = whole(r"(?:0x)?([0-9a-fA-F]+)")
+_DEVICE_ID_RE = whole(r"(?:(?:0x)?([0-9a-fA-F]{4})[:.])?(?:0x)?([0-9a-fA-F]{4})")
 
 
 class PciError(Exception):

@@ -14,16 +14,16 @@ __metaclass__ = type
 
 import errno
 import math
-import re
 import socket
 import time
 
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import brief
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 
 STATES = ("ready", "drain", "maint")
 # HAProxy's proxy and server names: letters, digits, '-', '_', '.' and ':'. Anything else (a space, ';', a
 # newline) would end the runtime API command and start another.
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,256}$")
+_NAME_RE = whole(r"[A-Za-z0-9_.:-]{1,256}")
 # The longest wait (seconds) accepted for drain_timeout and healthy_timeout: a week.
 MAX_WAIT = 7 * 24 * 3600
 

@@ -23,6 +23,8 @@ import os
 import re
 import stat
 
+from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
+
 __metaclass__ = type
 
 IDENTITY_SCHEMA = 1
@@ -81,12 +83,12 @@ MANAGED_OPTIONS = {
     "LLAMA_BUILD_UI": "llama_cpp_web_ui",
 }
 
-_OPTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(:(BOOL|STRING|PATH|FILEPATH|INTERNAL))?$")
-_ARCH = re.compile(r"^[1-9][0-9]{1,2}[af]?(-real|-virtual)?$")
-_TARGET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
-_RELEASE_TAG = re.compile(r"^b[0-9]+$")
+_OPTION_NAME = whole(r"[A-Za-z_][A-Za-z0-9_]*(:(BOOL|STRING|PATH|FILEPATH|INTERNAL))?")
+_ARCH = whole(r"[1-9][0-9]{1,2}[af]?(-real|-virtual)?")
+_TARGET = whole(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+_SHA256 = whole(r"[0-9a-f]{64}")
+_COMMIT = whole(r"[0-9a-f]{40}")
+_RELEASE_TAG = whole(r"b[0-9]+")
 
 
 class BuildError(ValueError):
@@ -221,7 +223,7 @@ def cmake_args(cuda=False, archs=None, web_ui=False, build_type="Release", extra
     Libraries are always static: one self-contained binary per build, nothing to resolve at run time but
     the C/C++ runtime, the CUDA runtime and the host driver.
     """
-    if not re.match(r"^[A-Za-z]+$", str(build_type)):
+    if not matches(r"[A-Za-z]+", str(build_type)):
         raise BuildError("llama_cpp_build_type must be a CMake build type such as Release, not %r"
                          % (build_type,))
     extra_kept, warnings = check_extra_options(extra, removed_policy)
@@ -282,7 +284,7 @@ def source_identity(source_type, git_repo=None, git_ref=None, archive_sha256=Non
     raise BuildError("llama_cpp_source_type must be git, archive or dir, not %r" % (source_type,))
 
 
-_FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_FULL_COMMIT = whole(r"[0-9a-f]{40}")
 
 
 def source_key(source):

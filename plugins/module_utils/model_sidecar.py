@@ -18,7 +18,6 @@ Plain Python 3.6, standard library only; importable without Ansible (and without
 from __future__ import absolute_import, division, print_function
 
 import os
-import re
 import time
 
 from ansible_collections.llmops.serving.plugins.module_utils.file_identity import identity, same_file
@@ -27,11 +26,12 @@ from ansible_collections.llmops.serving.plugins.module_utils.safe_files import (
     read_json,
     write_json_atomic,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 
 __metaclass__ = type
 
 SIDECAR_VERSION = 1
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = whole(r"[0-9a-f]{64}")
 
 
 def sidecar_path(final_path):

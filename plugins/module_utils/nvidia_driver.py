@@ -56,15 +56,15 @@ __metaclass__ = type
 
 import fnmatch
 import os
-import re
 
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import brief
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 
 STAGES = ("detect", "before_installer", "final")
 REBOOT_POLICIES = ("auto", "true", "false")
 # Device nodes a program opens to use an NVIDIA GPU (CUDA: nvidiactl, nvidia-uvm and nvidia<N>; an X server:
 # nvidia-modeset). nvidia-caps (MIG) and the DRM nodes are not among them.
-GPU_DEVICE_RE = re.compile(r"^/dev/nvidia([0-9]+|ctl|-uvm|-uvm-tools|-modeset)$")
+GPU_DEVICE_RE = whole(r"/dev/nvidia([0-9]+|ctl|-uvm|-uvm-tools|-modeset)")
 
 NOUVEAU_REASON = ("the nouveau module is loaded (now blacklisted and the initramfs rebuilt, so it will not "
                   "load after a reboot)")
@@ -76,7 +76,7 @@ def _text(value):
 
 
 # An NVIDIA driver version as the packages and /sys/module/nvidia/version spell it (570.133.20, 535.54.03).
-DRIVER_VERSION_RE = re.compile(r"^[0-9]{2,4}(\.[0-9]{1,4}){1,3}$")
+DRIVER_VERSION_RE = whole(r"[0-9]{2,4}(\.[0-9]{1,4}){1,3}")
 
 
 def wanted_driver_version(value):

@@ -29,7 +29,6 @@ from __future__ import absolute_import, division, print_function
 import errno
 import hashlib
 import os
-import re
 import shutil
 import stat
 import tempfile
@@ -49,11 +48,12 @@ from ansible_collections.llmops.serving.plugins.module_utils.snapshot_listing im
     MANIFEST_NAME,
     path_problem,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 
 __metaclass__ = type
 
 MANIFEST_VERSION = 1
-NAME_RE = re.compile(r"^(?:[0-9a-f]{40}|ms-[0-9a-f]{40})(?:\.[0-9]{1,6})?$")
+NAME_RE = whole(r"(?:[0-9a-f]{40}|ms-[0-9a-f]{40})(?:\.[0-9]{1,6})?")
 LINK_TMP_PREFIX = ".llmops-link-"
 
 

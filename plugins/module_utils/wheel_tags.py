@@ -23,6 +23,7 @@ import zipfile
 from zlib import error as zlib_error
 
 from ansible_collections.llmops.serving.plugins.module_utils.bounded_run import run_bounded
+from ansible_collections.llmops.serving.plugins.module_utils.validators import matches
 
 __metaclass__ = type
 
@@ -132,7 +133,7 @@ def unmet_requires_python(specifier, version):
     for clause in (c.strip() for c in (specifier or "").split(",")):
         if not clause:
             continue
-        match = re.match(r"^(~=|===|==|!=|>=|<=|>|<)\s*([0-9][0-9a-zA-Z.*+!-]*)$", clause)
+        match = matches(r"(~=|===|==|!=|>=|<=|>|<)\s*([0-9][0-9a-zA-Z.*+!-]*)", clause)
         holds = _clause_holds(match.group(1), match.group(2), version) if match else None
         if holds is None:
             raise WheelTagError("cannot read the Requires-Python clause %r" % (clause,))
@@ -154,7 +155,7 @@ def python_tag_problem(python_tag, abi_tag, python):
     version, implementation = tuple(python["version"]), python["implementation"]
     label = "%s is %s %s" % (python["executable"], {"cpython": "CPython"}.get(implementation, implementation),
                              dotted(version))
-    match = re.match(r"^(py|cp)(\d+)$", python_tag)
+    match = matches(r"(py|cp)(\d+)", python_tag)
     if not match:
         return "%s-%s is for another Python implementation; %s" % (python_tag, abi_tag, label)
     kind, tag_version = match.group(1), _tag_version(match.group(2))
@@ -181,7 +182,7 @@ def platform_needs(platform_tag):
     for legacy, glibc in LEGACY_MANYLINUX.items():
         if platform_tag.startswith(legacy + "_"):
             return {"libc": "glibc", "libc_version": glibc, "machine": platform_tag[len(legacy) + 1:]}
-    match = re.match(r"^(manylinux|musllinux)_(\d+)_(\d+)_(.+)$", platform_tag)
+    match = matches(r"(manylinux|musllinux)_(\d+)_(\d+)_(.+)", platform_tag)
     if match:
         libc = "glibc" if match.group(1) == "manylinux" else "musl"
         return {"libc": libc, "libc_version": (int(match.group(2)), int(match.group(3))),

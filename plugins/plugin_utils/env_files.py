@@ -11,18 +11,18 @@ Tested by tests/roles/test_serving_env_secrets.py (against systemd's and docker'
 """
 from __future__ import absolute_import, division, print_function
 
-import re
 from collections import OrderedDict
 
 from ansible_collections.llmops.serving.plugins.module_utils.env_file import (  # noqa: F401  pylint: disable=unused-import
     env_lines,
     systemd_env_quote,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 
 __metaclass__ = type
 
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME_RE = whole(r"[A-Za-z_][A-Za-z0-9_]*")
 # systemd keeps multi-line EnvironmentFile values since 239 (older ones drop the assignment); any version
 # before 248 drops values with other control characters (TAB excepted).
 SYSTEMD_ENV_NEWLINE_SINCE = 239
@@ -48,7 +48,7 @@ def check_env(env, mode="host", systemd_version=None, instance="instance"):
     out = OrderedDict()
     for key in sorted(env, key=str):
         name, value = str(key), env[key]
-        if not _ENV_NAME_RE.match(name):
+        if not ENV_NAME_RE.match(name):
             raise ServingError(
                 "%s: env %r is not a valid variable name (letters, digits and '_', not starting with a digit)"
                 % (instance, name))

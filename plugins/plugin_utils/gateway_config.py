@@ -35,6 +35,7 @@ import re
 import unicodedata
 
 from ansible_collections.llmops.serving.plugins.module_utils.secrets import secret_problem
+from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import is_loopback
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import (
     ServingError,
@@ -46,20 +47,20 @@ __metaclass__ = type
 
 WILDCARDS = ("", "0.0.0.0", "::", "[::]", "*")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-_KEY_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_KEY_NAME_RE = whole(r"[A-Za-z0-9_.-]{1,64}")
 # A host name HAProxy resolves at start (letters, digits, '-', '_' and dots; 253 characters at most).
-_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
-                          r"(\.[A-Za-z0-9_][A-Za-z0-9_-]{0,62})*\.?$")
+_HOSTNAME_RE = whole(r"(?=.{1,253}\Z)[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
+                     r"(\.[A-Za-z0-9_][A-Za-z0-9_-]{0,62})*\.?")
 # HAProxy's time format: a number and an optional unit (milliseconds without one).
-_TIME_RE = re.compile(r"^([0-9]{1,12})(us|ms|s|m|h|d)?$")
+_TIME_RE = whole(r"([0-9]{1,12})(us|ms|s|m|h|d)?")
 _TIME_UNIT_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
 # HAProxy refuses a timer of 2^31 ms or more ("timer overflow").
 _TIME_MAX_MS = 2 ** 31 - 1
 # Unquoted words of haproxy.cfg: none of the characters its parser gives a meaning (quotes, backslash, '#'
 # comments, '$' variables, '%' log-format) nor whitespace.
-_WORD_RE = re.compile(r"^[A-Za-z0-9._~:/@,;=+!*()\[\]?&-]+$")
-_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]*$")
-_URI_RE = re.compile(r"^/[A-Za-z0-9._~/?&=+,;:@!*()-]*$")
+_WORD_RE = whole(r"[A-Za-z0-9._~:/@,;=+!*()\[\]?&-]+")
+_PATH_RE = whole(r"/[A-Za-z0-9._/-]*")
+_URI_RE = whole(r"/[A-Za-z0-9._~/?&=+,;:@!*()-]*")
 # What haproxy.cfg's double-quoted, log-format header value may hold as is (the space is ours: 'Bearer <key>',
 # a key has none); anything else is written \xNN.
 _HEADER_SAFE = frozenset(" ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
@@ -127,6 +128,20 @@ def check_address(value, setting):
                        % (setting, value))
 
 
+def bind_address(address, port, setting):
+    """(address, "address:port" of a bind line): a wildcard as given, else a checked IP address or host name
+    (GatewayError naming `setting`); `port` an int."""
+    if address in ("*", "::", "0.0.0.0"):
+        return address, "%s:%d" % (address, port)
+    checked = check_address(address, setting)
+    return checked, haproxy_address(checked, port)
+
+
+def bind_line(address, port, setting):
+    """The "address:port" of a bind line (the metrics frontend's): see bind_address; '' is every address."""
+    return bind_address(address or "*", _int(port, setting.replace("address", "port"), 1, 65535), setting)[1]
+
+
 def check_key(value, setting):
     """A bearer token the gateway can handle: printable ASCII, no whitespace or control character. The
     message names the setting and never shows the value."""
@@ -170,7 +185,7 @@ def check_model_name(value, setting):
 def _int(value, setting, low, high):
     if is_number(value) and math.isfinite(value) and value == int(value):
         number = int(value)
-    elif isinstance(value, str) and re.match(r"^[0-9]{1,18}$", value.strip()):
+    elif isinstance(value, str) and matches(r"[0-9]{1,18}", value.strip()):
         number = int(value.strip())
     else:
         raise GatewayError("%s must be a whole number from %d to %d, got %r" % (setting, low, high, value))
@@ -217,12 +232,8 @@ def _check_settings(raw):
         return "gateway_" + key
 
     out = {}
-    bind = given["bind_address"]
-    wildcard = bind in ("*", "::", "0.0.0.0")
-    out["bind_address"] = bind if wildcard else check_address(bind, name("bind_address"))
     out["port"] = _int(given["port"], name("port"), 1, 65535)
-    out["bind"] = ("%s:%d" % (bind, out["port"]) if wildcard
-                   else haproxy_address(out["bind_address"], out["port"]))
+    out["bind_address"], out["bind"] = bind_address(given["bind_address"], out["port"], name("bind_address"))
     tls = given["tls"]
     if isinstance(tls, str) and tls.strip().lower() in ("true", "false"):
         tls = tls.strip().lower() == "true"  # Ansible may template a boolean to its text
@@ -269,7 +280,7 @@ def instance_context(fact, assumed):
     engine = fact.get("engine") or "llama.cpp"
     key = "max_model_len" if engine == "vllm" else "ctx_size"
     value = settings.get(key)
-    if isinstance(value, str) and re.match(r"^[0-9]{1,12}$", value.strip()):
+    if isinstance(value, str) and matches(r"[0-9]{1,12}", value.strip()):
         value = int(value.strip())
     if is_number(value) and value >= 1 and value == int(value):
         return int(value), key

@@ -12,14 +12,13 @@ tests/unit/plugins/plugin_utils/test_instance_plan.py.
 """
 from __future__ import absolute_import, division, print_function
 
-import re
-
 from ansible_collections.llmops.serving.plugins.module_utils.gpu_names import gpu_key, matches_gpu
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
 
 __metaclass__ = type
 
-_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+$")
+_UUID_RE = whole(r"(GPU|MIG)-[0-9a-fA-F-]+")
 
 
 def normalize_gpus(gpus, gpu_facts=None, instance="instance"):

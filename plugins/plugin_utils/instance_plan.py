@@ -33,6 +33,7 @@ import shlex
 
 from ansible_collections.llmops.serving.plugins.module_utils import cuda_compat
 from ansible_collections.llmops.serving.plugins.module_utils.secrets import secret_problem
+from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags, vllm_flags
 from ansible_collections.llmops.serving.plugins.plugin_utils.container import (
     CONTAINER_KEY_FILE,
@@ -65,7 +66,7 @@ RAY_NUM_GPUS_VAR = "ray_cluster_num_gpus"
 # Variables the role computes from the gpus list; the instance's env may not set them.
 GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_NAME_RE = whole(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 # A control character in anything the unit carries would end its line there: the rest becomes a directive
 # of its own (ExecStartPre=, Environment=, User=...). systemd has no way to quote a newline in a unit line.
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
@@ -82,7 +83,7 @@ def is_loopback(host):
     host = str(host).strip().strip("[]").lower()
     if host in LOOPBACK_HOSTS or host.endswith(".sock"):
         return True
-    return bool(re.match(r"^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$", host))
+    return bool(matches(r"127\.\d{1,3}\.\d{1,3}\.\d{1,3}", host))
 
 
 def exposed_ports(plans):

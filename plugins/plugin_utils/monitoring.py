@@ -11,6 +11,7 @@ writes, what the monitoring host expects from the inventory, and Alertmanager's 
     inventory_nodes(hosts, hostvars)               -> {host: {instance: {engine}}} of the monitored nodes
     inventory_rules(nodes, min_decode_tps, max_ttft_s, ...)  -> the rule groups rendered from the inventory
     server_config(options)                         -> the monitoring host's prometheus.yml
+    prometheus_args(options)                       -> the flags of its Prometheus (ARGS of /etc/default)
     alertmanager_config(options)                   -> alertmanager.yml
 
 How the figures leave a node (docs/monitoring.md): a Prometheus in agent mode on the node scrapes everything
@@ -26,9 +27,10 @@ tests/unit/plugins/plugin_utils/test_monitoring.py.
 from __future__ import absolute_import, division, print_function
 
 import posixpath
-import re
 
+from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 from ansible_collections.llmops.serving.plugins.plugin_utils.benchmark_report import threshold
+from ansible_collections.llmops.serving.plugins.plugin_utils.gateway_config import check_address
 from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import is_loopback
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import (
     ServingError,
@@ -48,7 +50,12 @@ JOB_AGENT = "llmops_agent"
 ENGINES = ("llama.cpp", "vllm")
 # Alerts about an instance's figures: silenced while the instance is down (its figures are gone then).
 INSTANCE_ALERTS = ("LlmopsRequestsStalled", "LlmopsDecodeBelowGate", "LlmopsTtftAboveGate")
-_DURATION_RE = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+_DURATION_RE = whole(r"([0-9]+(ms|s|m|h|d|w|y))+")
+# A basic-auth user (Prometheus' web configuration, Grafana's data source): no ':' (basic auth's separator),
+# no whitespace, quote or control character.
+_USERNAME_RE = whole(r"[A-Za-z0-9._@+-]{1,64}")
+# A path Prometheus' flags may hold as is (ARGS="..." is split at whitespace, quotes would be kept).
+_FLAG_PATH_RE = whole(r"/[A-Za-z0-9._/-]*")
 
 
 class MonitoringError(ServingError):
@@ -62,13 +69,21 @@ def _duration(value, name):
     return text
 
 
+def check_username(value, setting):
+    """`value` when it is a basic-auth user name, else MonitoringError naming `setting`."""
+    if not isinstance(value, str) or not _USERNAME_RE.match(value):
+        raise MonitoringError("%s: %r is not a user name (1 to 64 letters, digits and . _ @ + -)"
+                              % (setting, value))
+    return value
+
+
 def _served(entry, name):
     served = entry.get("served_model_name") or name
     return ",".join(str(s) for s in served) if isinstance(served, (list, tuple)) else str(served)
 
 
 def _host_port(url, what):
-    match = re.match(r"^https?://(\[[^\]]+\]|[^/:]+)(?::([0-9]+))?(/.*)?$", str(url or ""))
+    match = matches(r"https?://(\[[^\]]+\]|[^/:]+)(?::([0-9]+))?(/.*)?", str(url or ""))
     if not match:
         raise MonitoringError("%s: %r is not an http(s) URL" % (what, url))
     port = match.group(2) or ("443" if str(url).startswith("https") else "80")
@@ -277,13 +292,40 @@ def server_config(options):
                   "static_configs": [{"targets": [opts.get("prometheus") or "127.0.0.1:9090"]}]}
     if opts.get("self_password_file"):
         # The server's own endpoints need the same basic auth as everyone else's.
-        prometheus["basic_auth"] = {"username": opts.get("self_username") or "llmops-grafana",
+        prometheus["basic_auth"] = {"username": check_username(opts.get("self_username") or "llmops-grafana",
+                                                               "monitoring_server_query_username"),
                                     "password_file": opts["self_password_file"]}
     config["scrape_configs"].append(prometheus)
     config["scrape_configs"].append({"job_name": "llmops_alertmanager",
                                      "static_configs": [{"targets": [opts.get("alertmanager")
                                                                      or "127.0.0.1:9093"]}]})
     return config
+
+
+def prometheus_args(options):
+    """The monitoring host's Prometheus flags, for Debian's /etc/default/prometheus (ARGS="...", which the
+    unit splits at whitespace): every value checked over the whole string, so none can hold a space, a quote,
+    a '$' or a newline that would add a flag (--web.enable-admin-api) or a variable (LD_PRELOAD=...).
+
+    `options`: listen_address, port, retention, config_file, web_config."""
+    opts = dict(options or {})
+    address = str(check_address(opts.get("listen_address") or "0.0.0.0", "monitoring_server_listen_address"))
+    port = opts.get("port", 9090)
+    if isinstance(port, bool) or not (is_number(port) or matches(r"[0-9]{1,5}", port)) \
+            or not 0 < int(port) < 65536 or int(port) != float(port):
+        raise MonitoringError("monitoring_server_port: %r is not a port (1-65535)" % (port,))
+    retention = _duration(opts.get("retention") or "30d", "monitoring_server_retention")
+    paths = []
+    for key in ("config_file", "web_config"):
+        if not _FLAG_PATH_RE.match(str(opts.get(key) or "")):
+            raise MonitoringError("Prometheus' %s %r is not an absolute path of letters, digits and . _ / -"
+                                  % (key, opts.get(key)))
+        paths.append(opts[key])
+    return ["--config.file=%s" % paths[0],
+            "--web.listen-address=%s:%d" % ("[%s]" % address if ":" in address else address, int(port)),
+            "--web.config.file=%s" % paths[1],
+            "--web.enable-remote-write-receiver",
+            "--storage.tsdb.retention.time=%s" % retention]
 
 
 def alertmanager_config(options):

@@ -11,12 +11,14 @@ from __future__ import absolute_import, division, print_function
 import re
 from collections import OrderedDict
 
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 from ansible_collections.llmops.serving.plugins.plugin_utils.container import docker_run_args
+from ansible_collections.llmops.serving.plugins.plugin_utils.env_files import ENV_NAME_RE
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 
 __metaclass__ = type
 
-_SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+_SYSTEMD_SAFE = whole(r"[A-Za-z0-9_@%+=:,./-]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -50,6 +52,75 @@ def systemd_quote(arg):
     if arg and _SYSTEMD_SAFE.match(arg):
         return arg
     return '"%s"' % arg.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def unit_value(value, setting):
+    """`value` as the value of a unit's directive or comment (Description=, User=, WorkingDirectory=, ...):
+    one line (a control character is refused, naming `setting`: a newline would start a directive of its
+    own, which systemd applies while it skips the broken line), with % doubled (systemd's specifiers)."""
+    text = str(value)
+    if _CONTROL.search(text):
+        raise ServingError("%s contains a control character (a newline?); it would become a line of its own "
+                           "in the systemd unit. Remove it (the value is not shown here)" % setting)
+    return text.replace("%", "%%")
+
+
+def environment(env, setting, sort=False):
+    """The Environment= values of a unit for the mapping `env` (`setting` names it in a refusal), in its
+    order (`sort`: by name): each "NAME=value" in double quotes with systemd's escapes. A name is a shell
+    variable name (the whole string), a value one line (no control character: a newline would end the
+    quotes and the line, and what follows would be a directive of its own); no value is shown in a refusal."""
+    if env is None:
+        return []
+    if not isinstance(env, dict):
+        raise ServingError("%s must be a mapping NAME -> value" % setting)
+    out = []
+    for key in sorted(env, key=str) if sort else env:
+        name, value = str(key), env[key]
+        if not ENV_NAME_RE.match(name):
+            raise ServingError("%s: %r is not a variable name (letters, digits and '_', not starting with a "
+                               "digit)" % (setting, name))
+        if value is None or isinstance(value, (dict, list, tuple)):
+            raise ServingError("%s: %s must be a string or a number" % (setting, name))
+        text = unit_value(value, "%s: %s" % (setting, name))
+        out.append('"%s=%s"' % (name, text.replace("\\", "\\\\").replace('"', '\\"')))
+    return out
+
+
+# A systemd time span (systemd.time(7)): numbers with a unit, optionally space-separated ("1min 30s"); a bare
+# number is seconds.
+_TIMESPAN_UNIT = (r"(usec|us|msec|ms|seconds|second|sec|s|minutes|minute|min|m|hours|hour|hr|h|days|day|d|"
+                  r"weeks|week|w|months|month|M|years|year|y)")
+_TIMESPAN = whole(r"[0-9]+(\.[0-9]+)?( ?{u}( ?[0-9]+(\.[0-9]+)? ?{u})*)?".format(u=_TIMESPAN_UNIT))
+
+
+def timespan(value, setting):
+    """`value` when it is a systemd time span (15s, 1min 30s, 90), else ServingError naming `setting`."""
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    if not _TIMESPAN.match(text):
+        raise ServingError("%s: %r is not a systemd time span (e.g. 15s, 1min, 1min 30s)" % (setting, value))
+    return text
+
+
+# `systemd-analyze verify` of a rendered unit, for a template task's validate: (Ansible runs it without a
+# shell: the script is sh's argument; no '%' but the path's). The file is copied under the unit's own name
+# (verify wants a unit suffix). A node without systemd-analyze, or where it cannot start its manager (some
+# containers), skips the check: the checker is missing, not the unit wrong. Besides verify's own errors (an
+# unknown executable, a bad section), a line it ignored as "Invalid syntax" or "Missing '='" fails: a
+# rendered unit has none, and it is the trace of a value that broke its line. It runs nothing of the unit.
+_VERIFY = ('command -v systemd-analyze >/dev/null 2>&1 || exit 0; d=$(mktemp -d) || exit 1; '
+           'cp "$1" "$d/$2" && out=$(systemd-analyze verify "$d/$2" 2>&1); rc=$?; rm -rf "$d"; '
+           'echo "$out" >&2; '
+           'if echo "$out" | grep -E "Invalid syntax|Missing .=." >/dev/null; then exit 1; fi; '
+           '[ "$rc" = 0 ] || echo "$out" | grep -E "(initialize|allocate|create) manager" >/dev/null')
+
+
+def verify_command(unit_name):
+    """The validate: command of a template task that writes unit `unit_name` (e.g. ray.service)."""
+    name = unit_value(unit_name, "the unit's name")
+    if not whole(r"[A-Za-z0-9:_.@-]+\.(service|timer|socket|path|mount|target)").match(name):
+        raise ServingError("%r is not a unit file name" % unit_name)
+    return "sh -c '%s' systemd-verify %%s %s" % (_VERIFY, name)
 
 
 def systemd_command(argv):

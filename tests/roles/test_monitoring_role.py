@@ -194,6 +194,9 @@ def test_el_installs_release_archives(tmp_path):
 # --- the monitoring host ----------------------------------------------------------------------------------
 
 
+SERVER_FLAGS_TASK = "Plan Prometheus' flags and check the basic-auth users"
+
+
 def server_vars(**extra):
     given = dict(
         {
@@ -213,6 +216,10 @@ def server_vars(**extra):
         **extra,
     )
     variables = role_vars(SERVER_ROLE, **given)
+    templar = role_templar(SERVER_ROLE, variables)
+    # What plan.yml decides before anything changes (Prometheus' flags, checked).
+    variables["_monitoring_server_prometheus_args"] = templar.template(task_expression(
+        SERVER_ROLE, "plan.yml", SERVER_FLAGS_TASK, "_monitoring_server_prometheus_args"))
     return variables, role_templar(SERVER_ROLE, variables)
 
 
@@ -302,3 +309,21 @@ def test_prometheus_and_alertmanager_flags():
         templar, SERVER_ROLE, "alertmanager.default.j2"
     )
     assert SECRET not in args
+
+
+def test_the_collector_runs_from_the_files_the_role_copies(tmp_path):
+    """The node gets only _monitoring_collector_files: the entry point must import from them alone (gpu.py
+    imports bounded_run, cuda_compat, gpu_names and validators; a missing one is an ImportError every run)."""
+    variables = role_vars(NODE_ROLE)
+    files = role_templar(NODE_ROLE, variables).template(variables["_monitoring_collector_files"])
+    package = tmp_path / "ansible_collections" / "llmops" / "serving" / "plugins" / "module_utils"
+    package.mkdir(parents=True)
+    for name in files:
+        shutil.copy(os.path.join(ROOT, "plugins", "module_utils", name), str(package / name))
+    code = ("import sys; sys.path.insert(0, %r); "
+            "from ansible_collections.llmops.serving.plugins.module_utils import gpu_metrics; "
+            "print(gpu_metrics.__file__)" % str(tmp_path))
+    # -S -I: no site-packages, no PYTHONPATH, so nothing of this checkout's collection is found elsewhere
+    proc = subprocess.run(["python3", "-S", "-I", "-c", code], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, check=False, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith(str(tmp_path)), proc.stdout

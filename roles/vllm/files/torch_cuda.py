@@ -52,7 +52,7 @@ def release(text):
 
 def metadata_cuda(version, requires):
     """(cuda, source) from torch's version (2.14.0+cu126) and Requires-Dist lines, or (None, None)."""
-    match = re.search(r"\+cu([0-9]+)([0-9])$", version or "")
+    match = re.search(r"\+cu([0-9]+)([0-9])\Z", version or "")
     if match:
         return "%s.%s" % (match.group(1), match.group(2)), "torch local version %s" % version
     for line in requires or ():
