@@ -41,12 +41,14 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
+
 RUNFILE_POLICIES = ("refuse", "uninstall")
 INSTALLER_LOG = "/var/log/nvidia-installer.log"
 UNINSTALLER = "/usr/bin/nvidia-uninstall"
 # Where the runfile puts the 64-bit libraries: the distribution's libdir (EL: lib64; Debian: multiarch).
 LIBRARY_DIRS = ("/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib")
-LIBRARY_RE = re.compile(r"^lib(?:cuda|nvidia-ml)\.so\.([0-9]+(?:\.[0-9]+)+)$")
+LIBRARY_RE = whole(r"lib(?:cuda|nvidia-ml)\.so\.([0-9]+(?:\.[0-9]+)+)")
 BINARIES = ("/usr/bin/nvidia-smi",)
 # The installer's own module location when it builds without DKMS (DKMS and kmod packages use extra/ or
 # updates/).
