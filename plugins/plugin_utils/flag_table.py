@@ -86,8 +86,8 @@ class FlagTable:
         rendered = sorted(set(a.split("=", 1)[0] for a in argv if str(a).startswith("-")))
         runtime = ("%s %s" % (self.engine, key)) if key else ("a %s whose version is not known" % self.engine)
         return ("%s runs with the flag table checked against %s %s only: an option that %s lacks or spells "
-                "otherwise stops it at start (the health gate then keeps the running unit). Check the options "
-                "this instance renders against its --help: %s"
+                "otherwise stops it at start (the health gate then keeps the running unit). Check the "
+                "options this instance renders against its --help: %s"
                 % (runtime, self.engine, checked, "version" if not key else key,
                    ", ".join(rendered) or "(none)"))
 

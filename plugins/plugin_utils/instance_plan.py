@@ -359,7 +359,8 @@ def cuda_decision(name, engine, flags, build, mode, override, gpu_facts, gpu_lis
     if result["decision"] == cuda_compat.REFUSE:
         refusal = ("instance %s: %s (forward compatibility is opted in per instance: cuda_forward_compat: "
                    "true). CUDA %s of %s is read from: %s."
-                   % (name, result["message"].rstrip("."), result["runtime_cuda"], what, source or "the build fact"))
+                   % (name, result["message"].rstrip("."), result["runtime_cuda"], what,
+                      source or "the build fact"))
     warnings = list(result["warnings"])
     if result["decision"] == cuda_compat.FORWARD_COMPAT and not flags.FORWARD_COMPAT_ENV:
         warnings.append("forward compatibility for %s: put the cuda-compat-%s directory first on "

@@ -508,8 +508,8 @@ def variant_cuda(variant):
     """'cu129' -> '12.9', 'cu130' -> '13.0': the CUDA release a vLLM variant's name states."""
     match = VARIANT_RE.match(str(variant or ""))
     if not match:
-        raise VllmArgsError("vllm_cuda_variant %r is not a CUDA variant name such as cu129 (CUDA 12.9) or cu130 "
-                            "(CUDA 13.0)" % (variant,))
+        raise VllmArgsError("vllm_cuda_variant %r is not a CUDA variant name such as cu129 (CUDA 12.9) or "
+                            "cu130 (CUDA 13.0)" % (variant,))
     digits = match.group(1)
     return "%d.%d" % (int(digits[:-1]), int(digits[-1]))
 
@@ -527,8 +527,8 @@ def planned_runtime(version, variant="", wheel="", source_dir="", mode="containe
     runtime = {"mode": "container" if mode == "container" else "host", "version": str(version or ""),
                "cuda_version": None, "cuda_source": None}
     if source_dir and not wheel:
-        runtime["cuda_source"] = ("a source tree (vllm_source_dir) states its CUDA only once built: read from "
-                                  "its torch after the build stage")
+        runtime["cuda_source"] = ("a source tree (vllm_source_dir) states its CUDA only once built: read "
+                                  "from its torch after the build stage")
         return runtime
     variant = variant or (local if VARIANT_RE.match(local) else "")
     if variant:
@@ -558,9 +558,9 @@ def cuda_ways_out(version):
         "for %s: not checked here (no registry or index is read); `docker manifest inspect "
         "vllm/vllm-openai:v%s-cu129` tells" % (release, release, release, release, release),
         "a vLLM release built for CUDA 12.x (vllm_version, with vllm_cuda_variant: cu129 where the release's "
-        "default build is CUDA 13): a CUDA 12.x build runs on any driver >= 525.60.13; the L20 seed notes ran "
-        "vLLM %s on driver 550.54.14 (R550). The flag table is checked against vLLM %s only: the plan warns "
-        "about another version" % (SEED_CUDA12_RELEASE, ", ".join(CHECKED_VERSIONS)),
+        "default build is CUDA 13): a CUDA 12.x build runs on any driver >= 525.60.13; the L20 seed notes "
+        "ran vLLM %s on driver 550.54.14 (R550). The flag table is checked against vLLM %s only: the plan "
+        "warns about another version" % (SEED_CUDA12_RELEASE, ", ".join(CHECKED_VERSIONS)),
     )
 
 

@@ -10,7 +10,6 @@ import json
 import os
 import shlex
 
-import pytest
 import yaml
 
 from tests.roles.test_inventory_l20 import INVENTORY, L20_GPUS, L20_VLLM_IMAGE, TEST_VLLM_KEY, l20_vars
@@ -51,6 +50,10 @@ def test_the_vllm_instance_is_opt_in_and_why():
     assert group["vllm_runtime"] == "container"             # CentOS 7.9: glibc 2.17, python 3.6
     text = open(os.path.join(INVENTORY, "group_vars", "l20", "main.yml")).read()
     assert "Why the vLLM instance below is opt-in" in text and "needs driver >= 580.65.06" in text
+    # facts read in the wheel, and the user's own evidence that a CUDA 12.x vLLM runs on R550
+    comments = " ".join(line.strip("# ") for line in text.splitlines() if line.startswith("#"))
+    assert "links libcudart.so.13" in comments and "the seed notes ran vLLM 0.20.1 on this box" in comments
+    assert "has no CUDA 12.x build" not in comments
     (llama,) = l20_vars(llmops_vllm=PINNED_IMAGE_FACT)["_serving_instance_plans"]
     assert llama["engine"] == "llama.cpp"
 

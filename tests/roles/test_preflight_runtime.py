@@ -25,7 +25,8 @@ from tests.roles.test_inventory_l20 import INVENTORY, L20_GPUS
 PREFLIGHT = os.path.join(ROOT, "playbooks", "preflight.yml")
 BUILD = os.path.join(ROOT, "playbooks", "build.yml")
 REFUSED = os.path.join(ROOT, "playbooks", "refused.yml")
-RUNTIME_TASKS = ("Read which vLLM the build stage will install and the CUDA it is built for (nothing is pulled)",
+RUNTIME_TASKS = ("Read which vLLM the build stage will install and the CUDA it is built for "
+                 "(nothing is pulled)",
                  "Leave out the instances whose engine runtime the node's driver cannot run (CUDA's rules)")
 
 
@@ -92,7 +93,8 @@ def test_on_r550_the_vllm_instance_is_left_out_in_preflight_and_the_run_fails_at
                               "(vllm)] instance qwen36-27b-fp8: CUDA 13.0 of vllm 0.33.0 needs NVIDIA driver "
                               ">= 580.65.06")
     assert "the node has 550.54.14 (R550, CUDA 12.4)" in message
-    assert "(1) a CUDA 12.x build of vLLM 0.33.0" in message and "(3) install NVIDIA driver >= 580.65.06" in message
+    assert "(1) a CUDA 12.x build of vLLM 0.33.0" in message
+    assert "(3) install NVIDIA driver >= 580.65.06" in message
     assert "links libcudart.so.13" in message
 
 

@@ -14,9 +14,8 @@ import re
 import zipfile
 
 import pytest
-from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan
+from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan, vllm_flags
 from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags as lsf
-from ansible_collections.llmops.serving.plugins.plugin_utils import vllm_flags
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import VllmArgsError
 
 from tests.fixtures.vllm import vllm_cli
@@ -54,7 +53,8 @@ def test_a_release_whose_default_build_was_not_read_is_not_guessed():
 
 
 def test_a_wheel_file_and_a_source_tree():
-    wheel = vllm_flags.planned_runtime("0.33.0", wheel="/srv/vllm-0.32.0+cu129-cp38-abi3-manylinux_2_28_x86_64.whl")
+    wheel = vllm_flags.planned_runtime(
+        "0.33.0", wheel="/srv/vllm-0.32.0+cu129-cp38-abi3-manylinux_2_28_x86_64.whl")
     assert wheel["version"] == "0.32.0+cu129" and wheel["cuda_version"] == "12.9"
     plain = vllm_flags.planned_runtime("0.1.0", wheel="vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl")
     assert plain["version"] == "0.33.0" and plain["cuda_version"] == "13.0"
@@ -89,8 +89,8 @@ def test_release_cuda_is_what_the_pinned_wheel_states(pinned_wheel):
     torch = re.search(r"^Requires-Dist: torch==([0-9.]+)$", metadata, re.M).group(1)
     assert "torch==%s" % torch in entry["evidence"]
     assert re.search(r"^Requires-Dist: nvidia-cutlass-dsl\[cu13\]", metadata, re.M)
-    assert re.search(r'os\.getenv\("VLLM_MAIN_CUDA_VERSION", ""\)\.lower\(\) or "%s"' % re.escape(entry["cuda"]),
-                     envs)
+    main_cuda = r'os\.getenv\("VLLM_MAIN_CUDA_VERSION", ""\)\.lower\(\) or "%s"' % re.escape(entry["cuda"])
+    assert re.search(main_cuda, envs)
 
 
 # --- which instances preflight leaves out ----------------------------------------------------------------
@@ -119,7 +119,8 @@ def test_on_r550_the_cuda_13_vllm_instance_is_refused_and_the_llama_cpp_one_kept
     assert message.startswith("instance qwen36-27b-fp8: CUDA 13.0 of vllm 0.33.0 needs NVIDIA driver >= "
                               "580.65.06 (R580 or newer")
     assert "the node has 550.54.14 (R550, CUDA 12.4)" in message
-    assert "is read from: the vllm-0.33.0 wheel's vllm/_C_stable_libtorch.abi3.so links libcudart.so.13" in message
+    assert ("is read from: the vllm-0.33.0 wheel's vllm/_C_stable_libtorch.abi3.so links libcudart.so.13"
+            in message)
     assert instance_plan.without_refused(INSTANCES, [entry]) == [LLAMA]
 
 
@@ -162,8 +163,9 @@ def test_only_the_models_that_only_refused_instances_serve_are_left_out():
 
 def test_the_final_report_names_each_refused_instance_with_its_ways_out():
     report = instance_plan.refusal_report(refused())
-    assert report.startswith("1 instance(s) not deployed in this run, the others were: [qwen36-27b-fp8 (vllm)] "
-                             "instance qwen36-27b-fp8: CUDA 13.0 of vllm 0.33.0 needs")
+    assert report.startswith("1 instance(s) not deployed in this run, the others were: "
+                             "[qwen36-27b-fp8 (vllm)] instance qwen36-27b-fp8: CUDA 13.0 of vllm 0.33.0 "
+                             "needs")
     assert "Ways out: (1) a CUDA 12.x build of vLLM 0.33.0" in report
     assert report.endswith("Take one of the ways out and run again.")
 
@@ -177,11 +179,12 @@ def test_the_vllm_table_names_the_versions_it_was_checked_against():
     warning = vllm_flags.version_warning("0.32.0", ["/models/m", "--port", "8000", "--kv-cache-dtype=fp8"])
     assert warning == (
         "vLLM 0.32.0 runs with the flag table checked against vLLM 0.33.0 only: an option that 0.32.0 lacks "
-        "or spells otherwise stops it at start (the health gate then keeps the running unit). Check the options "
-        "this instance renders against its --help: --kv-cache-dtype, --port")
+        "or spells otherwise stops it at start (the health gate then keeps the running unit). Check the "
+        "options this instance renders against its --help: --kv-cache-dtype, --port")
     for other in ("0.34.0", "0.20.1"):                 # newer and older alike
         assert vllm_flags.version_warning(other, []).startswith("vLLM %s runs with the flag table" % other)
-    assert vllm_flags.version_warning("", []).startswith("a vLLM whose version is not known runs with the flag")
+    unknown = vllm_flags.version_warning("", [])
+    assert unknown.startswith("a vLLM whose version is not known runs with the flag")
 
 
 def test_the_llama_server_table_names_the_commit_it_was_checked_against():
