@@ -17,9 +17,11 @@ import json
 import os
 import sys
 
+import pytest
 import yaml
+from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan
 
-from tests.helpers import ROOT, load_yaml, run_local_playbook
+from tests.helpers import ROOT, load_yaml, role_templar, run_local_playbook
 from tests.roles.test_inventory_l20 import INVENTORY, L20_GPUS
 
 PREFLIGHT = os.path.join(ROOT, "playbooks", "preflight.yml")
@@ -113,3 +115,27 @@ def test_a_cuda_12_vllm_build_on_r550_keeps_both(tmp_path):
     result, stages, _ = run_stages(tmp_path, "550.54.14", vllm_version="0.32.0", vllm_cuda_variant="cu129")
     assert stages["refused"] == [] and stages["vllm_built"] is True
     assert result.returncode == 0
+
+
+SERVING_MAIN = os.path.join(ROOT, "roles", "serving", "tasks", "main.yml")
+
+
+@pytest.mark.parametrize("site_run,refused,fails", [
+    (False, True, True),        # playbooks/serve.yml alone: the role's last task names them
+    (True, True, False),        # site.yml: playbooks/refused.yml does, after validate
+    (False, False, False),
+])
+def test_the_serve_stage_alone_fails_after_deploying_the_others(site_run, refused, fails):
+    tasks = load_yaml(SERVING_MAIN)
+    names = [t["name"] for t in tasks]
+    last = tasks[-1]
+    # after every instance it kept is deployed and published
+    assert names.index("Deploy each instance (key and env files, unit, health-gated restart with rollback)") \
+        < names.index("Publish llmops_instances") < len(tasks) - 1
+    entry = {"name": "qwen36-27b-fp8", "engine": "vllm", "model": "m",
+             "message": "instance qwen36-27b-fp8: x"}
+    variables = {"_serving_refused": [entry] if refused else [], "llmops_site_run": site_run}
+    templar = role_templar(os.path.dirname(SERVING_MAIN), variables)
+    assert all(templar.template("{{ %s }}" % c) for c in last["when"]) is fails
+    if fails:
+        assert templar.template(last["ansible.builtin.fail"]["msg"]) == instance_plan.refusal_report([entry])
