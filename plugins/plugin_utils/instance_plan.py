@@ -447,15 +447,15 @@ def without_refused(instances, refused):
     return [raw for raw in instances or () if not (isinstance(raw, dict) and str(raw.get("name")) in names)]
 
 
-def models_in_use(models, instances, refused, key="name"):
-    """model_models without the models that only refused instances serve: a model no instance names (a
-    download of its own) and a model a kept instance also serves stay."""
-    names = set(r["name"] if isinstance(r, dict) else str(r) for r in refused or ())
+def models_in_use(models, instances, refused):
+    """model_models without the models that only refused instances serve (runtime_refusals' entries name
+    their model): a model no instance names (a download of its own) and a model a kept instance of
+    `instances` also serves stay. `instances` may already be without the refused ones."""
+    names = set(r["name"] for r in refused or ())
     kept = set(str(raw.get("model")) for raw in instances or ()
                if isinstance(raw, dict) and str(raw.get("name")) not in names)
-    dropped = set(str(raw.get("model")) for raw in instances or ()
-                  if isinstance(raw, dict) and str(raw.get("name")) in names) - kept
-    return [m for m in models or () if not (isinstance(m, dict) and str(m.get(key)) in dropped)]
+    dropped = set(str(r.get("model")) for r in refused or ()) - kept
+    return [m for m in models or () if not (isinstance(m, dict) and str(m.get("name")) in dropped)]
 
 
 def refusal_report(refused):

@@ -29,7 +29,8 @@ BUILD = os.path.join(ROOT, "playbooks", "build.yml")
 REFUSED = os.path.join(ROOT, "playbooks", "refused.yml")
 RUNTIME_TASKS = ("Read which vLLM the build stage will install and the CUDA it is built for "
                  "(nothing is pulled)",
-                 "Leave out the instances whose engine runtime the node's driver cannot run (CUDA's rules)")
+                 "Leave out the instances whose engine runtime the node's driver cannot run (CUDA's rules)",
+                 "Leave the models only the refused instances serve out of this run (no download)")
 
 
 def l20_inventory(**overrides):
