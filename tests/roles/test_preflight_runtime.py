@@ -27,6 +27,7 @@ from tests.roles.test_inventory_l20 import INVENTORY, L20_GPUS
 PREFLIGHT = os.path.join(ROOT, "playbooks", "preflight.yml")
 BUILD = os.path.join(ROOT, "playbooks", "build.yml")
 REFUSED = os.path.join(ROOT, "playbooks", "refused.yml")
+SERVING_VARS = os.path.join(ROOT, "roles", "serving", "vars", "main.yml")
 RUNTIME_TASKS = ("Read which vLLM the build stage will install and the CUDA it is built for "
                  "(nothing is pulled)",
                  "Leave out the instances whose engine runtime the node's driver cannot run (CUDA's rules)",
@@ -50,17 +51,20 @@ def run_stages(tmp_path, driver, **overrides):
     tasks = [t for t in preflight["tasks"] if t.get("name") in RUNTIME_TASKS]
     assert [t["name"] for t in tasks] == list(RUNTIME_TASKS)
     build_engines = load_yaml(BUILD)[0]["vars"]["_build_engines"]
-    vllm_build = next(t for t in load_yaml(BUILD)[0]["tasks"]
-                      if t["ansible.builtin.include_role"]["name"] == "llmops.serving.vllm")
+    builds = dict((t["ansible.builtin.include_role"]["name"], t["when"])
+                  for t in load_yaml(BUILD)[0]["tasks"])
     seen = ("{{ {'preflight_engines': _preflight_engines, 'build_engines': _build_engines,"
-            " 'vllm_built': (%s), 'models': model_models | map(attribute='name') | list,"
-            " 'instances': serving_instances | map(attribute='name') | list,"
+            " 'vllm_built': (%s), 'llama_cpp_built': (%s),"
+            " 'models': model_models | map(attribute='name') | list,"
+            " 'instances': _serving_kept_instances | map(attribute='name') | list,"
             " 'refused': llmops_refused_instances | map(attribute='name') | list} | to_json }}"
-            % vllm_build["when"].strip("{} "))
+            % (builds["llmops.serving.vllm"], builds["llmops.serving.llama_cpp"]))
     variables = l20_inventory(**overrides)
     variables.update({"llmops_gpus": dict(L20_GPUS, driver_version=driver),
                       "_preflight_engines": preflight["vars"]["_preflight_engines"],
-                      "_build_engines": build_engines})
+                      "_build_engines": build_engines,
+                      # what role serving plans and deploys in the serve stage
+                      "_serving_kept_instances": load_yaml(SERVING_VARS)["_serving_kept_instances"]})
     final = load_yaml(REFUSED)[0]
     plays = [{"hosts": "localhost", "connection": "local", "gather_facts": True,
               "gather_subset": ["!all", "!min", "distribution"], "vars": variables,
@@ -86,6 +90,7 @@ def test_on_r550_the_vllm_instance_is_left_out_in_preflight_and_the_run_fails_at
     # what the later stages read: no vLLM engine to install (no image pull) nor to count on the disk, no FP8
     # snapshot to download, only the llama.cpp instance to deploy
     assert stages["build_engines"] == ["llama.cpp"] and stages["vllm_built"] is False
+    assert stages["llama_cpp_built"] is True
     assert stages["preflight_engines"] == ["llama.cpp"]
     assert stages["models"] == ["qwen3.6-27b-ud-q5_k_xl"]
     assert stages["instances"] == ["qwen36-27b"]
@@ -116,6 +121,14 @@ def test_a_cuda_12_vllm_build_on_r550_keeps_both(tmp_path):
     result, stages, _ = run_stages(tmp_path, "550.54.14", vllm_version="0.32.0", vllm_cuda_variant="cu129")
     assert stages["refused"] == [] and stages["vllm_built"] is True
     assert result.returncode == 0
+
+
+def test_a_host_whose_only_instance_is_refused_builds_nothing(tmp_path):
+    inventory = l20_inventory()
+    result, stages, _ = run_stages(tmp_path, "550.54.14", serving_instances=[inventory["l20_vllm_instance"]])
+    assert stages["refused"] == ["qwen36-27b-fp8"] and stages["instances"] == []
+    assert stages["build_engines"] == [] and not stages["vllm_built"] and not stages["llama_cpp_built"]
+    assert result.returncode != 0
 
 
 SERVING_MAIN = os.path.join(ROOT, "roles", "serving", "tasks", "main.yml")
