@@ -235,7 +235,8 @@ class FlagTable:
 
 def _plain_version(text):
     """A build's version text as it is, or None when empty."""
-    return str(text).strip() or None if text is not None else None
+    text = "" if text is None else str(text).strip()
+    return text or None
 
 
 def without_none(settings):

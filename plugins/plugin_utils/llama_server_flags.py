@@ -15,7 +15,8 @@ tests/unit/plugins/plugin_utils/test_llama_server_flags.py.
 
 Pinned engine: llama.cpp as vendored in llama-cpp-python 0.3.36 (llama.cpp commit 0c1e570, 2026-10-01).
 Checked against that build's ``llama-server --help`` by
-tests/unit/plugins/plugin_utils/test_llama_server_help.py. Differences from older command lines (such as
+tests/unit/plugins/plugin_utils/test_llama_server_help.py; a build that reports another commit is planned
+with a warning (:func:`version_warning`). Differences from older command lines (such as
 the L20 seed notes) that this table absorbs:
 
 * ``--no-mmap`` and ``--mlock`` no longer exist: they are ``--load-mode none|mmap|mlock|mmap+mlock``

@@ -12,7 +12,11 @@ llama-server's table are flag_table.py; the engine's checks against its GPUs and
 vllm_preflight.py. Controller-only (plugin_utils), unit-tested without Ansible by
 tests/unit/plugins/plugin_utils/test_vllm_flags.py.
 
-Pinned engine: vLLM 0.33.0 (the seed unit ran a 0.24.0 fork). Checked against the option set that
+Pinned engine: vLLM 0.33.0 (the seed unit ran a 0.24.0 fork); :data:`CHECKED_VERSIONS` names the versions
+the table was checked against, and a runtime of another version is planned with a warning
+(:func:`version_warning`). :data:`RELEASE_CUDA` holds the CUDA each release's default build states in its
+wheel, which preflight compares with the node's driver before anything is pulled (:func:`planned_runtime`).
+Checked against the option set that
 tests/fixtures/vllm/vllm_cli.py extracts from the vllm-0.33.0 wheel's own argparse definitions
 (EngineArgs.add_cli_args, FrontendArgs, make_arg_parser), read with `ast`, never imported. Every option of the
 seed unit exists in 0.33.0 under the same spelling, ``--device-ids`` included (upstream since the fork); the
