@@ -25,10 +25,20 @@ spellings systemd.py and container.py.
     {{ ray_cluster_user | llmops.serving.systemd_unit_value('ray_cluster_user') }}  -> one line, % doubled
     {{ '15s' | llmops.serving.systemd_timespan('monitoring_gpu_collector_interval') }}  -> '15s' or refused
     {{ 'ray.service' | llmops.serving.systemd_verify_command }}     -> a template task's validate: command
+    {{ serving_instances | llmops.serving.serving_runtime_refusals(builds={...}, gpus=llmops_gpus) }}
+    {{ serving_instances | llmops.serving.serving_without_refused(refused) }}
+    {{ model_models | llmops.serving.serving_models_in_use(serving_instances, refused) }}
+    {{ llmops_gpus | llmops.serving.serving_driver_after_gpu_stage(nvidia_driver_version, managed) }}
+    {{ vllm_version | llmops.serving.vllm_planned_runtime(vllm_cuda_variant, wheel, source_dir, runtime) }}
 """
 from __future__ import absolute_import, division, print_function
 
-from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan, memory_plan_inputs, systemd
+from ansible_collections.llmops.serving.plugins.plugin_utils import (
+    instance_plan,
+    memory_plan_inputs,
+    systemd,
+    vllm_flags,
+)
 from ansible_collections.llmops.serving.plugins.plugin_utils.rollout import deployment_fingerprint
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import filter_errors
 
@@ -151,4 +161,10 @@ class FilterModule(object):
             "systemd_unit_value": _wrap(systemd.unit_value),
             "systemd_timespan": _wrap(systemd.timespan),
             "systemd_verify_command": _wrap(systemd.verify_command),
+            "serving_runtime_refusals": _wrap(instance_plan.runtime_refusals),
+            "serving_without_refused": _wrap(instance_plan.without_refused),
+            "serving_models_in_use": _wrap(instance_plan.models_in_use),
+            "serving_refusal_report": _wrap(instance_plan.refusal_report),
+            "serving_driver_after_gpu_stage": _wrap(instance_plan.driver_after_gpu_stage),
+            "vllm_planned_runtime": _wrap(vllm_flags.planned_runtime),
         }

@@ -54,16 +54,42 @@ class FlagTable:
     `error` is the engine's ServingError subclass; `engine` names the engine in messages ("vLLM");
     `managed_keys` are instance fields the serving layer fills, never settings; `folded_keys` are settings
     that are not flags of their own (the engine folds them into one before rendering); `json_text(key,
-    value)` writes the single argument of a "json" flag.
+    value)` writes the single argument of a "json" flag. `checked_versions` are the engine versions the
+    table was checked against (option by option, in the real engine); `version_key(text)` turns the version
+    a build reports into what is compared with them (None: the build does not say), `same_version(key,
+    checked)` compares (default: equal).
     """
 
-    def __init__(self, flags, error, engine, managed_keys=(), folded_keys=(), json_text=None):
+    def __init__(self, flags, error, engine, managed_keys=(), folded_keys=(), json_text=None,
+                 checked_versions=(), version_key=None, same_version=None):
         self.flags = flags
         self.error = error
         self.engine = engine
         self.managed_keys = tuple(managed_keys)
         self.folded_keys = tuple(folded_keys)
         self.json_text = json_text
+        self.checked_versions = tuple(checked_versions)
+        self.version_key = version_key or _plain_version
+        self.same_version = same_version or (lambda key, checked: key == checked)
+
+    # --- the engine version the table was checked against -----------------------------------------------
+    def version_warning(self, version, argv=(), unknown_is_checked=False):
+        """None when `version` (as the build reports it) is one the table was checked against; else one
+        sentence naming both versions and the options this command line renders, which are then unchecked.
+        A build that does not say its version is warned about too, unless `unknown_is_checked`."""
+        key = self.version_key(version) if version else None
+        if key is None and unknown_is_checked:
+            return None
+        if key is not None and any(self.same_version(key, c) for c in self.checked_versions):
+            return None
+        checked = ", ".join(self.checked_versions)
+        rendered = sorted(set(a.split("=", 1)[0] for a in argv if str(a).startswith("-")))
+        runtime = ("%s %s" % (self.engine, key)) if key else ("a %s whose version is not known" % self.engine)
+        return ("%s runs with the flag table checked against %s %s only: an option that %s lacks or spells "
+                "otherwise stops it at start (the health gate then keeps the running unit). Check the "
+                "options this instance renders against its --help: %s"
+                % (runtime, self.engine, checked, "version" if not key else key,
+                   ", ".join(rendered) or "(none)"))
 
     # --- one value ---------------------------------------------------------------------------------------
     def scalar(self, key, value):
@@ -205,6 +231,12 @@ class FlagTable:
                 raise self.error(message)
             out.append(arg)
         return out
+
+
+def _plain_version(text):
+    """A build's version text as it is, or None when empty."""
+    text = "" if text is None else str(text).strip()
+    return text or None
 
 
 def without_none(settings):

@@ -18,8 +18,9 @@ per engine is its flag table, a module of :data:`ENGINES` that provides
   ``BUILD_ROLE`` and ``BUILD_FACT`` (the role and fact that build the engine: llama_cpp/llmops_llama_cpp,
   vllm/llmops_vllm), ``UNIT_PREFIX``, ``TIMEOUT_START_SEC``, ``SUBCOMMAND`` (``serve``), ``CONTAINER_ARGS``,
   ``API_KEY_ENV`` (None: the key goes to a file), ``OPEN_PATHS``/``KEY_GUARDED_PATHS`` (what the key
-  leaves open, None when it guards everything), ``CUDA_WAYS_OUT`` (the engine's own ways round a driver
-  too old for its CUDA) and ``FORWARD_COMPAT_ENV`` (what makes it load a forward-compatibility libcuda,
+  leaves open, None when it guards everything), ``cuda_ways_out(version)`` (the engine's own ways round a
+  driver too old for its CUDA), ``version_warning(version, argv)`` (None when the flag table was checked
+  against that engine version) and ``FORWARD_COMPAT_ENV`` (what makes it load a forward-compatibility libcuda,
   None when the instance's env must do it).
 
 Controller-only (plugin_utils), plain Python, unit-tested without Ansible by
@@ -345,10 +346,10 @@ def runtime_cuda(build, mode, override):
     return build.get("cuda_version") or None, build.get("cuda_source") or None
 
 
-def cuda_check(name, engine, flags, build, mode, override, gpu_facts, gpu_list, forward_compat):
-    """CUDA's compatibility rules (module_utils/cuda_compat.py) for one instance: raises when the node's
-    driver cannot run the runtime's CUDA (with the minimum driver and the ways out); returns the plan's
-    `cuda` record {decision, runtime_cuda, source, driver, minimum_driver, message} and the warnings."""
+def cuda_decision(name, engine, flags, build, mode, override, gpu_facts, gpu_list, forward_compat):
+    """CUDA's compatibility rules (module_utils/cuda_compat.py) for one instance: the plan's `cuda` record
+    {decision, runtime_cuda, source, driver, minimum_driver, message}, its warnings, and the refusal (a
+    message naming the instance, the runtime's version, where its CUDA was read and the ways out) or None."""
     if forward_compat is not None and not isinstance(forward_compat, bool):
         raise ServingError("instance %s: cuda_forward_compat must be true or false, got %r"
                            % (name, forward_compat))
@@ -357,21 +358,122 @@ def cuda_check(name, engine, flags, build, mode, override, gpu_facts, gpu_list, 
     entries = gpu_entries(gpu_list, facts) if gpu_list else list(facts.get("gpus") or ())
     driver = facts.get("driver_version") or next((e.get("driver_version") for e in entries
                                                   if e.get("driver_version")), "")
-    what = "%s %s" % (flags.PROGRAM, build.get("version") or build.get("build_id") or "(version unknown)")
+    version = build.get("version") or build.get("build_id")
+    what = "%s %s" % (flags.PROGRAM, version or "(version unknown)")
     result = cuda_compat.decide(cuda, driver, [e.get("name") for e in entries], what=what,
-                                forward_compat=forward_compat is True, ways_out=flags.CUDA_WAYS_OUT)
-    if result["decision"] == cuda_compat.REFUSE:
-        raise ServingError("instance %s: %s (forward compatibility is opted in per instance: "
-                           "cuda_forward_compat: true)." % (name, result["message"].rstrip(".")))
+                                forward_compat=forward_compat is True, ways_out=flags.cuda_ways_out(version))
     record = {"decision": result["decision"], "runtime_cuda": result["runtime_cuda"], "source": source,
               "driver": result["driver"], "minimum_driver": result["minimum_driver"],
               "message": result["message"]}
+    refusal = None
+    if result["decision"] == cuda_compat.REFUSE:
+        refusal = ("instance %s: %s (forward compatibility is opted in per instance: cuda_forward_compat: "
+                   "true). CUDA %s of %s is read from: %s."
+                   % (name, result["message"].rstrip("."), result["runtime_cuda"], what,
+                      source or "the build fact"))
     warnings = list(result["warnings"])
     if result["decision"] == cuda_compat.FORWARD_COMPAT and not flags.FORWARD_COMPAT_ENV:
         warnings.append("forward compatibility for %s: put the cuda-compat-%s directory first on "
                         "LD_LIBRARY_PATH in the instance's env"
                         % (engine, result["runtime_cuda"].replace(".", "-")))
+    return record, warnings, refusal
+
+
+def cuda_check(name, engine, flags, build, mode, override, gpu_facts, gpu_list, forward_compat):
+    """cuda_decision, raising its refusal: the planner's last guard (the role leaves refused instances out
+    first, see runtime_refusals). Returns the `cuda` record and the warnings."""
+    record, warnings, refusal = cuda_decision(name, engine, flags, build, mode, override, gpu_facts, gpu_list,
+                                              forward_compat)
+    if refusal:
+        raise ServingError(refusal)
     return record, warnings
+
+
+def instance_mode(raw, engine, build, mode_override=None):
+    """host or container: serving_mode[engine], else the instance's mode, else the build fact's, else host."""
+    mode = by_engine(mode_override, engine, "serving_mode") or raw.get("mode") or build.get("mode") or "host"
+    if mode not in MODES:
+        raise ServingError("instance %s: mode must be host or container, got %r" % (raw.get("name"), mode))
+    return mode
+
+
+def runtime_override(engine, mode, binary_override=None, image_override=None):
+    """serving_binary[engine] (host mode) or serving_image[engine] (container mode), or None."""
+    return by_engine(binary_override if mode == "host" else image_override, engine,
+                     "serving_binary" if mode == "host" else "serving_image")
+
+
+def driver_after_gpu_stage(gpus, wanted_driver="", manage_driver=True):
+    """The driver the node runs once the GPU host stage is done: the pinned nvidia_driver_version when role
+    nvidia_driver manages the driver (llmops_manage_driver) and the inventory pins one, else the one
+    gpu_facts read now ('' when neither is known)."""
+    wanted = str(wanted_driver or "").strip()
+    if manage_driver in (True, "true", "True", "yes", 1, "1") and wanted:
+        return wanted
+    return str((gpus or {}).get("driver_version") or "") if isinstance(gpus, dict) else ""
+
+
+def runtime_refusals(instances, builds=None, gpus=None, default_engine=DEFAULT_ENGINE, mode_override=None,
+                     binary_override=None, image_override=None, driver=None):
+    """The instances whose engine runtime the node's driver cannot run (CUDA's rules, cuda_decision), to be
+    left out of the run while the others deploy: [{name, engine, model, message}], in instance order.
+
+    `builds` are per engine what will run: in preflight the runtimes the build roles will install (role
+    vllm's planned runtime: its CUDA from the variant name or the wheel table, before any pull), in the serve
+    stage the build facts. `driver`, when given, replaces the driver of `gpus` (preflight: the driver the
+    GPU host stage leaves, driver_after_gpu_stage). Instances the planner would refuse for other reasons are
+    left to it (they fail the run with their own message)."""
+    facts = dict(gpus) if isinstance(gpus, dict) else {}
+    if driver:
+        facts["driver_version"] = driver
+        facts["gpus"] = [dict(e, driver_version=driver) for e in facts.get("gpus") or ()]
+    refused = []
+    for raw in instances or ():
+        if not isinstance(raw, dict) or not raw.get("name"):
+            continue
+        engine = str(raw.get("engine") or default_engine)
+        if engine not in ENGINES:
+            continue
+        flags = ENGINES[engine]
+        build = by_engine(builds, engine, "the build facts") or {}
+        mode = instance_mode(raw, engine, build, mode_override)
+        override = runtime_override(engine, mode, binary_override, image_override)
+        # The GPUs only name the cards (forward compatibility); a bad list is the planner's to refuse.
+        try:
+            gpu_list = normalize_gpus(raw.get("gpus"), None, "instance %s" % raw["name"])
+        except ServingError:
+            gpu_list = []
+        _, _, refusal = cuda_decision(str(raw["name"]), engine, flags, build, mode, override, facts, gpu_list,
+                                      raw.get("cuda_forward_compat"))
+        if refusal:
+            refused.append({"name": str(raw["name"]), "engine": engine, "model": raw.get("model"),
+                            "message": refusal})
+    return refused
+
+
+def without_refused(instances, refused):
+    """serving_instances without the instances named in `refused` (runtime_refusals' entries or names)."""
+    names = set(r["name"] if isinstance(r, dict) else str(r) for r in refused or ())
+    return [raw for raw in instances or () if not (isinstance(raw, dict) and str(raw.get("name")) in names)]
+
+
+def models_in_use(models, instances, refused):
+    """model_models without the models that only refused instances serve (runtime_refusals' entries name
+    their model): a model no instance names (a download of its own) and a model a kept instance of
+    `instances` also serves stay. `instances` may already be without the refused ones."""
+    names = set(r["name"] for r in refused or ())
+    kept = set(str(raw.get("model")) for raw in instances or ()
+               if isinstance(raw, dict) and str(raw.get("name")) not in names)
+    dropped = set(str(r.get("model")) for r in refused or ()) - kept
+    return [m for m in models or () if not (isinstance(m, dict) and str(m.get("name")) in dropped)]
+
+
+def refusal_report(refused):
+    """The message that fails a run which left instances out: each one's refusal (with its ways out)."""
+    refused = list(refused or ())
+    return ("%d instance(s) not deployed in this run, the others were: %s Take one of the ways out and run "
+            "again." % (len(refused), " ".join("[%s (%s)] %s" % (r["name"], r["engine"], r["message"])
+                                               for r in refused)))
 
 
 def unit_name(name, engine, unit_prefix=None):
@@ -554,10 +656,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
         model_path, model_sha = resolve_model(raw.get("model"), models, "instance %s" % name)
         check_model_kind(raw.get("model"), models, engine, "instance %s" % name)
         settings = ray_settings(raw, instance_settings(raw, defaults, engine), engine, name)
-        mode = (by_engine(mode_override, engine, "serving_mode") or raw.get("mode") or build.get("mode")
-                or "host")
-        if mode not in MODES:
-            raise ServingError("instance %s: mode must be host or container, got %r" % (name, mode))
+        mode = instance_mode(raw, engine, build, mode_override)
         # llama-server reads its key from a file; an engine with API_KEY_ENV (vLLM) from its 0600 env file.
         key_file = "%s/%s.key" % (key_dir.rstrip("/"), name) if has_key and not flags.API_KEY_ENV else None
         plan_key_env = flags.API_KEY_ENV if has_key and flags.API_KEY_ENV else None
@@ -580,12 +679,15 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
                 raise ServingError("instance %s: %s" % (name, exc)) from None
         else:
             warnings = flags.preflight(settings, gpu_list, gpu_entries(gpu_list, gpus), unit in running_units)
-        override = by_engine(binary_override if mode == "host" else image_override, engine,
-                             "serving_binary" if mode == "host" else "serving_image")
+        override = runtime_override(engine, mode, binary_override, image_override)
         # Before any unit changes: a runtime the node's driver cannot run is refused here.
         cuda, cuda_warnings = cuda_check(name, engine, flags, build, mode, override, gpus, gpu_list,
                                          raw.get("cuda_forward_compat"))
         warnings = list(warnings) + cuda_warnings
+        # The flag table names the engine versions it was checked against: another one is warned about.
+        if not override:
+            version = flags.version_warning(build.get("version"), argv)
+            warnings += [version] if version else []
         timeout = int(by_engine(timeouts, engine, "serving_timeout_start_sec") or flags.TIMEOUT_START_SEC)
         # `env` holds what is not secret (visible in the unit): the build's runtime-wide env (llmops_vllm.env,
         # e.g. a fork's switches) unless the instance's own env sets the key, then what the role computes.

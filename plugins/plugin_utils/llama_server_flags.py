@@ -15,7 +15,8 @@ tests/unit/plugins/plugin_utils/test_llama_server_flags.py.
 
 Pinned engine: llama.cpp as vendored in llama-cpp-python 0.3.36 (llama.cpp commit 0c1e570, 2026-10-01).
 Checked against that build's ``llama-server --help`` by
-tests/unit/plugins/plugin_utils/test_llama_server_help.py. Differences from older command lines (such as
+tests/unit/plugins/plugin_utils/test_llama_server_help.py; a build that reports another commit is planned
+with a warning (:func:`version_warning`). Differences from older command lines (such as
 the L20 seed notes) that this table absorbs:
 
 * ``--no-mmap`` and ``--mlock`` no longer exist: they are ``--load-mode none|mmap|mlock|mmap+mlock``
@@ -27,6 +28,7 @@ the L20 seed notes) that this table absorbs:
 from __future__ import absolute_import, division, print_function
 
 import json
+import re
 from collections import OrderedDict
 
 from ansible_collections.llmops.serving.plugins.module_utils.gpu_names import gpu_key
@@ -199,8 +201,33 @@ def _json_text(key, value):
     return compact_json(value)
 
 
+def build_commit(version):
+    """The llama.cpp commit a build reports ('0.5.0-dev (build 1, commit 0c1e570)' or '6000 (abcdef12)', as
+    `llama-server --version` prints it) -> '0c1e570'; None when the text names none."""
+    match = re.search(r"(?:\bcommit |\()([0-9a-f]{7,40})\b", str(version or ""))
+    return match.group(1) if match else None
+
+
+def _same_commit(short, full):
+    return full.startswith(short) or short.startswith(full)
+
+
+# The table is checked against the pinned commit's `llama-server --help`; a build that reports another commit
+# is warned about (a build that reports none, such as one made before the version was recorded, is not).
 TABLE = FlagTable(FLAGS, LlamaServerArgsError, PROGRAM, managed_keys=MANAGED_KEYS, folded_keys=FOLDED_KEYS,
-                  json_text=_json_text)
+                  json_text=_json_text, checked_versions=(PINNED_LLAMA_CPP["commit"],),
+                  version_key=build_commit, same_version=_same_commit)
+
+
+def version_warning(version, argv):
+    """None when the build's commit (llmops_llama_cpp.version) is the one the table was checked against, or
+    the build names no commit; else why the command line is unchecked."""
+    return TABLE.version_warning(version, argv, unknown_is_checked=True)
+
+
+def cuda_ways_out(version):
+    """The ways round a driver too old for the build's CUDA (the same for every llama.cpp version)."""
+    return CUDA_WAYS_OUT
 
 
 def _fold_load_mode(settings):

@@ -12,7 +12,11 @@ llama-server's table are flag_table.py; the engine's checks against its GPUs and
 vllm_preflight.py. Controller-only (plugin_utils), unit-tested without Ansible by
 tests/unit/plugins/plugin_utils/test_vllm_flags.py.
 
-Pinned engine: vLLM 0.33.0 (the seed unit ran a 0.24.0 fork). Checked against the option set that
+Pinned engine: vLLM 0.33.0 (the seed unit ran a 0.24.0 fork); :data:`CHECKED_VERSIONS` names the versions
+the table was checked against, and a runtime of another version is planned with a warning
+(:func:`version_warning`). :data:`RELEASE_CUDA` holds the CUDA each release's default build states in its
+wheel, which preflight compares with the node's driver before anything is pulled (:func:`planned_runtime`).
+Checked against the option set that
 tests/fixtures/vllm/vllm_cli.py extracts from the vllm-0.33.0 wheel's own argparse definitions
 (EngineArgs.add_cli_args, FrontendArgs, make_arg_parser), read with `ast`, never imported. Every option of the
 seed unit exists in 0.33.0 under the same spelling, ``--device-ids`` included (upstream since the fork); the
@@ -27,6 +31,7 @@ table absorbs these differences from older command lines:
 """
 from __future__ import absolute_import, division, print_function
 
+import re
 from collections import OrderedDict
 
 from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import (
@@ -45,30 +50,30 @@ __metaclass__ = type
 PINNED_VLLM = {
     "version": "0.33.0",
     "wheel": "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl",
-    # The CUDA it is built for: the wheel requires torch==2.14.0 (METADATA Requires-Dist), torch 2.14.0 on
-    # PyPI requires cuda-toolkit[...]==13.0.3 and nvidia-nccl-cu13 (its METADATA), vllm/_C_stable_libtorch.
-    # abi3.so links libcudart.so.13, and vllm/envs.py sets VLLM_MAIN_CUDA_VERSION to "13.0". The official
-    # image vllm/vllm-openai:v0.33.0 is that default (CUDA 13.0) build.
-    "cuda": "13.0",
 }
-# CUDA 12.x builds of vLLM, from vLLM's own release sources (docs/cuda.md has the evidence): since vLLM
-# PR #39878 (2026-04-15) the unsuffixed wheel and image are CUDA 13.0 and CUDA 12.9 is the `cu129` variant
-# (wheel +cu129 on https://wheels.vllm.ai/<version>/cu129, image vllm/vllm-openai:v<version>-cu129 per
-# .buildkite/scripts/publish-release-images.sh). A cu129 build needs a torch built for CUDA 12.9: torch 2.13
-# has one, torch 2.14 (which 0.33.0 pins) ships CUDA 12.6, 13.0 and 13.2 only (pytorch/pytorch#194367), and
-# vLLM publishes no cu126 build. So 0.33.0 has no CUDA 12.x build; 0.32.0 (torch==2.13.0 in its METADATA)
-# is the newest release whose torch has a CUDA 12.9 build.
-CUDA12_BUILD_OF_PINNED = None
-NEWEST_RELEASE_ON_CUDA12_TORCH = "0.32.0"
-CUDA_WAYS_OUT = (
-    "a CUDA 12.x build of the same vLLM release (role vllm: vllm_cuda_variant, e.g. cu129), where vLLM "
-    "publishes one; vLLM %s has none (it pins torch 2.14.0, which is built for CUDA 12.6, 13.0 and 13.2, and "
-    "vLLM releases only cu129 and cu130 builds)" % PINNED_VLLM["version"],
-    "an older vLLM release built for CUDA 12.x: %s is the newest whose torch (2.13.0) has a CUDA 12.9 build "
-    "(vllm_version: %s with vllm_cuda_variant: cu129; check that the image or wheel exists, and note that "
-    "this flag table is written for %s)"
-    % (NEWEST_RELEASE_ON_CUDA12_TORCH, NEWEST_RELEASE_ON_CUDA12_TORCH, PINNED_VLLM["version"]),
-)
+# The vLLM releases this table (FLAGS, PINNED_VLLM_OPTIONS, PINNED_VLLM_CONFIGS) was checked against, option
+# by option, in their wheels (tests/fixtures/vllm/vllm_cli.py). Another version is rendered with it but
+# warned about (flag_table.FlagTable.version_warning): an option it lacks stops vLLM at start.
+CHECKED_VERSIONS = (PINNED_VLLM["version"],)
+# The CUDA release of vLLM's default (unsuffixed) build, per release, as read in that release's wheel
+# (tests/unit/plugins/plugin_utils/test_vllm_runtime.py reads them again from the wheel): what preflight
+# compares with the node's driver before the image is pulled. A release not listed here is not guessed: its
+# CUDA is read from the image or the virtualenv after the build stage (llmops_vllm.cuda_version).
+RELEASE_CUDA = {
+    "0.33.0": {
+        "cuda": "13.0",
+        "evidence": "the vllm-0.33.0 wheel's vllm/_C_stable_libtorch.abi3.so links libcudart.so.13, its "
+                    "METADATA pins torch==2.14.0 and nvidia-cutlass-dsl[cu13], and vllm/envs.py defaults "
+                    "VLLM_MAIN_CUDA_VERSION to 13.0",
+    },
+}
+# vLLM names each CUDA build it publishes beside the default one by its CUDA release: cu129 is CUDA 12.9
+# (wheel <version>+cu129 on https://wheels.vllm.ai/<version>/cu129, image vllm/vllm-openai:v<version>-cu129;
+# vLLM PR #39878 made CUDA 13.0 the default build and 12.9 the cu129 variant). Whether a release has a variant
+# is not checked here: no index or registry is read.
+VARIANT_RE = re.compile(r"cu([0-9]{3})\Z")
+# The vLLM the L20 seed notes ran on that box's driver (550.54.14, R550): a CUDA 12.x vLLM runs on R550.
+SEED_CUDA12_RELEASE = "0.20.1"
 # vLLM 0.33.0 (vllm/env_override.py) puts a CUDA forward-compatibility libcuda first on LD_LIBRARY_PATH before
 # torch loads when VLLM_ENABLE_CUDA_COMPATIBILITY=1: VLLM_CUDA_COMPATIBILITY_PATH, else
 # /usr/local/cuda-<torch's CUDA>/compat when it exists.
@@ -487,7 +492,80 @@ def _json_text(key, value):
         raise VllmArgsError("setting %s cannot be written as JSON: %s" % (key, exc)) from exc
 
 
-TABLE = FlagTable(FLAGS, VllmArgsError, "vLLM", managed_keys=MANAGED_KEYS, json_text=_json_text)
+def release_of(version):
+    """'0.24.0+cu128' (a fork's or a variant's local version) -> '0.24.0'; None when empty."""
+    text = str(version or "").strip().split("+", 1)[0]
+    return text or None
+
+
+TABLE = FlagTable(FLAGS, VllmArgsError, "vLLM", managed_keys=MANAGED_KEYS, json_text=_json_text,
+                  checked_versions=CHECKED_VERSIONS, version_key=release_of)
+
+
+def version_warning(version, argv):
+    """None when `version` (llmops_vllm.version) is one the flag table was checked against, else why the
+    command line is unchecked (see flag_table.FlagTable.version_warning)."""
+    return TABLE.version_warning(version, argv)
+
+
+def variant_cuda(variant):
+    """'cu129' -> '12.9', 'cu130' -> '13.0': the CUDA release a vLLM variant's name states."""
+    match = VARIANT_RE.match(str(variant or ""))
+    if not match:
+        raise VllmArgsError("vllm_cuda_variant %r is not a CUDA variant name such as cu129 (CUDA 12.9) or "
+                            "cu130 (CUDA 13.0)" % (variant,))
+    digits = match.group(1)
+    return "%d.%d" % (int(digits[:-1]), int(digits[-1]))
+
+
+def planned_runtime(version, variant="", wheel="", source_dir="", mode="container"):
+    """What role vllm will install, as the build fact llmops_vllm will describe it, before anything is pulled
+    or downloaded: {mode, version, cuda_version, cuda_source}. cuda_version is what a name or the table of
+    wheels read (RELEASE_CUDA) states, else None (never guessed; the serve stage reads it after the build)."""
+    local = ""
+    if wheel:
+        parts = str(wheel).rsplit("/", 1)[-1].split("-")
+        version = parts[1] if len(parts) > 2 else version
+        local = version.split("+", 1)[1] if "+" in version else ""
+    release = release_of(version)
+    runtime = {"mode": "container" if mode == "container" else "host", "version": str(version or ""),
+               "cuda_version": None, "cuda_source": None}
+    if source_dir and not wheel:
+        runtime["cuda_source"] = ("a source tree (vllm_source_dir) states its CUDA only once built: read "
+                                  "from its torch after the build stage")
+        return runtime
+    variant = variant or (local if VARIANT_RE.match(local) else "")
+    if variant:
+        runtime["cuda_version"] = variant_cuda(variant)
+        runtime["cuda_source"] = ("the variant name %s (vLLM names its CUDA %s build so)"
+                                  % (variant, runtime["cuda_version"]))
+        return runtime
+    known = RELEASE_CUDA.get(release or "")
+    if known:
+        runtime["cuda_version"] = known["cuda"]
+        runtime["cuda_source"] = known["evidence"]
+    else:
+        runtime["cuda_source"] = (
+            "vLLM %s's default build is not in the table of builds read from their wheels (%s): its CUDA is "
+            "read from the image or the virtualenv after the build stage"
+            % (release or "(no version)", ", ".join(sorted(RELEASE_CUDA))))
+    return runtime
+
+
+def cuda_ways_out(version):
+    """The ways round a driver too old for the CUDA of vLLM `version` (its build fact's version), listed by
+    the CUDA refusal before the driver upgrade and forward compatibility."""
+    release = release_of(version) or "(the configured version)"
+    return (
+        "a CUDA 12.x build of vLLM %s (role vllm: vllm_cuda_variant: cu129, the image "
+        "vllm/vllm-openai:v%s-cu129 or the wheels of https://wheels.vllm.ai/%s/cu129), if vLLM publishes one "
+        "for %s: not checked here (no registry or index is read); `docker manifest inspect "
+        "vllm/vllm-openai:v%s-cu129` tells" % (release, release, release, release, release),
+        "a vLLM release built for CUDA 12.x (vllm_version, with vllm_cuda_variant: cu129 where the release's "
+        "default build is CUDA 13): a CUDA 12.x build runs on any driver >= 525.60.13; the L20 seed notes "
+        "ran vLLM %s on driver 550.54.14 (R550). The flag table is checked against vLLM %s only: the plan "
+        "warns about another version" % (SEED_CUDA12_RELEASE, ", ".join(CHECKED_VERSIONS)),
+    )
 
 
 def flag_args(key, value):

@@ -10,7 +10,6 @@ import json
 import os
 import shlex
 
-import pytest
 import yaml
 
 from tests.roles.test_inventory_l20 import INVENTORY, L20_GPUS, L20_VLLM_IMAGE, TEST_VLLM_KEY, l20_vars
@@ -51,18 +50,28 @@ def test_the_vllm_instance_is_opt_in_and_why():
     assert group["vllm_runtime"] == "container"             # CentOS 7.9: glibc 2.17, python 3.6
     text = open(os.path.join(INVENTORY, "group_vars", "l20", "main.yml")).read()
     assert "Why the vLLM instance below is opt-in" in text and "needs driver >= 580.65.06" in text
+    # facts read in the wheel, and the user's own evidence that a CUDA 12.x vLLM runs on R550
+    comments = " ".join(line.strip("# ") for line in text.splitlines() if line.startswith("#"))
+    assert "links libcudart.so.13" in comments and "the seed notes ran vLLM 0.20.1 on this box" in comments
+    assert "has no CUDA 12.x build" not in comments
     (llama,) = l20_vars(llmops_vllm=PINNED_IMAGE_FACT)["_serving_instance_plans"]
     assert llama["engine"] == "llama.cpp"
 
 
-def test_enabled_on_r550_the_pinned_cuda_13_image_is_refused_with_the_ways_out():
-    with pytest.raises(Exception) as info:
-        enabled()
-    message = " ".join(str(info.value).split())
+def test_enabled_on_r550_the_pinned_cuda_13_image_is_left_out_and_llama_cpp_planned():
+    """The serve stage's check (the image's own CUDA): the vLLM instance is left out with the ways out, the
+    llama.cpp one is planned (preflight's check before any pull: tests/roles/test_preflight_runtime.py)."""
+    variables = enabled()
+    (llama,) = variables["_serving_instance_plans"]
+    assert llama["engine"] == "llama.cpp" and llama["gpus"] == [2, 3]
+    (refused,) = variables["_serving_refused"]
+    assert refused["name"] == "qwen36-27b-fp8" and refused["model"] == "qwen3.6-27b-fp8"
+    message = " ".join(refused["message"].split())
     assert ("instance qwen36-27b-fp8: CUDA 13.0 of vllm 0.33.0 needs NVIDIA driver >= 580.65.06 (R580 or "
             "newer: CUDA 13.x minor-version compatibility starts there), but the node has 550.54.14 (R550, "
             "CUDA 12.4)") in message
-    assert "vLLM 0.33.0 has none" in message and "0.32.0 is the newest whose torch (2.13.0)" in message
+    assert "a CUDA 12.x build of vLLM 0.33.0" in message and "the L20 seed notes ran vLLM 0.20.1" in message
+    assert "is read from: image vllm/vllm-openai:v0.33.0 environment" in message
     assert ("NVIDIA supports forward compatibility only on the driver branches it lists (R535), not R550"
             in message)
 
@@ -82,7 +91,10 @@ def test_enabled_with_a_cuda_12_build_on_r550_is_planned():
                  cuda_version="12.9")
     plan = vllm_plan(enabled(llmops_vllm=cu129))
     assert plan["cuda"]["decision"] == "ok" and "minor-version compatibility" in plan["cuda"]["message"]
-    assert plan["warnings"] == []
+    # the flag table was checked against 0.33.0: the plan says that 0.32.0's options are not checked
+    (table,) = plan["warnings"]
+    assert table.startswith("vLLM 0.32.0 runs with the flag table checked against vLLM 0.33.0 only")
+    assert "--speculative-config" in table and "--reasoning-config" in table
 
 
 def test_l20_vllm_plan_on_gpus_0_1_beside_llama_cpp_on_2_3():

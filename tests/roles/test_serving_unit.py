@@ -56,6 +56,8 @@ def render_plan(variables, systemctl_version="systemd 252 (252.38-1~deb12u1)"):
     templar = _templar(variables)
     version_expr = _set_fact_expr("_serving_systemd_version")
     variables["_serving_systemd_version"] = templar.template(version_expr)
+    # the instances the node's driver cannot run are left out first (plan.yml, as the role orders it)
+    variables["_serving_refused"] = templar.template(_set_fact_expr("_serving_refused"))
     variables["_serving_instance_plans"] = templar.template(_set_fact_expr("_serving_instance_plans"))
     return variables
 

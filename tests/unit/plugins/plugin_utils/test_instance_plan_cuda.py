@@ -37,13 +37,27 @@ def test_cuda_13_vllm_on_r550_is_refused_with_the_minimum_driver_and_the_ways_ou
     assert message.startswith("instance q: CUDA 13.0 of vllm 0.33.0 needs NVIDIA driver >= 580.65.06 "
                               "(R580 or newer")
     assert "the node has 550.54.14 (R550, CUDA 12.4)" in message
-    assert "(1) a CUDA 12.x build of the same vLLM release (role vllm: vllm_cuda_variant" in message
-    assert "vLLM 0.33.0 has none" in message
-    assert "(2) an older vLLM release built for CUDA 12.x: 0.32.0" in message
+    # the ways out name the configured version and claim nothing that no index or registry was asked about
+    assert ("(1) a CUDA 12.x build of vLLM 0.33.0 (role vllm: vllm_cuda_variant: cu129, the image "
+            "vllm/vllm-openai:v0.33.0-cu129" in message)
+    assert "not checked here (no registry or index is read)" in message and "has none" not in message
+    assert ("(2) a vLLM release built for CUDA 12.x (vllm_version" in message
+            and "the L20 seed notes ran vLLM 0.20.1 on driver 550.54.14 (R550)" in message)
     assert "(3) install NVIDIA driver >= 580.65.06 (R580 or newer) and reboot" in message
     assert ("(4) opt in to CUDA forward compatibility (cuda-compat-13-0), which NVIDIA does not support "
             "here" in message)
-    assert message.endswith("(forward compatibility is opted in per instance: cuda_forward_compat: true).")
+    # where the runtime's CUDA was read
+    assert message.endswith("(forward compatibility is opted in per instance: cuda_forward_compat: true). "
+                            "CUDA 13.0 of vllm 0.33.0 is read from: image env CUDA_VERSION.")
+
+
+def test_the_ways_out_name_the_configured_version():
+    build = dict(VLLM_IMAGE, image="vllm/vllm-openai:v0.31.0", version="0.31.0")
+    with pytest.raises(ServingError) as info:
+        vplan(node("550.54.14"), build=build)
+    message = str(info.value)
+    assert "CUDA 13.0 of vllm 0.31.0 needs" in message and "vllm/vllm-openai:v0.31.0-cu129" in message
+    assert "0.33.0-cu129" not in message
 
 
 def test_cuda_13_vllm_on_r580_and_cuda_12_vllm_on_r550_are_planned():
@@ -53,7 +67,10 @@ def test_cuda_13_vllm_on_r580_and_cuda_12_vllm_on_r550_are_planned():
     p = vplan(node("550.54.14"), build=dict(VLLM_IMAGE, image="vllm/vllm-openai:v0.32.0-cu129",
                                               version="0.32.0", cuda_version="12.9"))
     assert p["cuda"]["decision"] == "ok" and "minor-version compatibility" in p["cuda"]["message"]
-    assert p["warnings"] == [] and "VLLM_ENABLE_CUDA_COMPATIBILITY" not in p["env"]
+    assert "VLLM_ENABLE_CUDA_COMPATIBILITY" not in p["env"]
+    # the flag table was checked against 0.33.0, not 0.32.0: the plan says so (test_vllm_runtime.py)
+    (table,) = p["warnings"]
+    assert table.startswith("vLLM 0.32.0 runs with the flag table checked against vLLM 0.33.0 only")
 
 
 @pytest.mark.parametrize("gpu_name,warned", [
