@@ -56,8 +56,8 @@ class Engine(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802 (http.server API)
         authorized = self.headers.get("Authorization") == "Bearer " + KEY
-        body = {"/health": b'{"status":"ok"}',
-                "/v1/models": b'{"object":"list","data":[{"id":"qwen-local","object":"model"}]}'}.get(self.path)
+        models = b'{"object":"list","data":[{"id":"qwen-local","object":"model"}]}'
+        body = {"/health": b'{"status":"ok"}', "/v1/models": models}.get(self.path)
         self.send_response(200 if body and (authorized or self.path == "/health") else 401)
         self.end_headers()
         self.wfile.write(body or b"")
@@ -80,8 +80,8 @@ def test_the_health_gate_ignores_proxies(proxied, tmp_path):
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]))
     try:
-        proc = subprocess.run([sys.executable, WAIT_SCRIPT, "--url", "http://127.0.0.1:%d" % httpd.server_port,
-                               "--unit", "llama-server-q.service", "--model", "qwen-local", "--key-file",
+        url = "http://127.0.0.1:%d" % httpd.server_port
+        proc = subprocess.run([sys.executable, WAIT_SCRIPT, "--url", url, "--unit", "llama-server-q.service", "--model", "qwen-local", "--key-file",
                                str(key_file), "--timeout", "3", "--interval", "0.1"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True, timeout=60, check=False)
