@@ -81,8 +81,9 @@ def test_the_health_gate_ignores_proxies(proxied, tmp_path):
     env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]))
     try:
         url = "http://127.0.0.1:%d" % httpd.server_port
-        proc = subprocess.run([sys.executable, WAIT_SCRIPT, "--url", url, "--unit", "llama-server-q.service", "--model", "qwen-local", "--key-file",
-                               str(key_file), "--timeout", "3", "--interval", "0.1"],
+        proc = subprocess.run([sys.executable, WAIT_SCRIPT, "--url", url, "--unit", "llama-server-q.service",
+                               "--model", "qwen-local", "--key-file", str(key_file), "--timeout", "3",
+                               "--interval", "0.1"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True, timeout=60, check=False)
     finally:
