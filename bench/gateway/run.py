@@ -240,6 +240,137 @@ def report(results):
     return goals
 
 
+# ---------------------------------------------------------------- generations lost: none through the gateway
+
+CONNECTIONS = ("keep-alive", "new")
+
+
+class Generations(object):
+    """Short streamed generations, each checked whole (200, then the stream up to `data: [DONE]`), on one
+    kept-alive connection per client thread (reopened after a failure) or a new connection each."""
+
+    def __init__(self, port, key, tls, connection, tokens):
+        self.port, self.tls, self.connection = port, tls, connection
+        self.headers = {"Authorization": "Bearer " + key, "Content-Type": "application/json"}
+        self.body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                "max_tokens": tokens, "stream": True, "ignore_eos": True}).encode()
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.failures = {}
+        self.done = 0
+
+    def _connection(self):
+        conn = getattr(self.local, "conn", None) if self.connection == "keep-alive" else None
+        if conn is None:
+            if self.tls:
+                context = ssl._create_unverified_context()  # noqa: S323 - the gateway's self-signed certificate
+                conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=120, context=context)
+            else:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+            self.local.conn = conn
+        return conn
+
+    def one(self):
+        conn = self._connection()
+        failure = None
+        try:
+            conn.request("POST", "/v1/chat/completions", body=self.body, headers=self.headers)
+            resp = conn.getresponse()
+            done = False
+            for line in resp:
+                done = done or line.startswith(b"data: [DONE]")
+            if resp.status != 200:
+                failure = "HTTP %d" % resp.status
+            elif not done:
+                failure = "stream cut before [DONE]"
+        except (OSError, http.client.HTTPException) as exc:
+            failure = type(exc).__name__
+        if failure or self.connection == "new":
+            conn.close()
+            self.local.conn = None
+        with self.lock:
+            self.done += 1
+            if failure:
+                self.failures[failure] = self.failures.get(failure, 0) + 1
+
+    def run(self, count, concurrency):
+        """`count` generations from `concurrency` threads; returns the seconds taken."""
+        left = [count]
+
+        def worker():
+            while True:
+                with self.lock:
+                    if not left[0]:
+                        break
+                    left[0] -= 1
+                self.one()
+            conn = getattr(self.local, "conn", None)
+            if conn is not None:
+                conn.close()
+
+        threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return time.monotonic() - started
+
+
+def reliability(ports, args):
+    """args.generations sequential and args.generations concurrent (args.concurrency clients) generations
+    of args.generation_tokens tokens, per way and per client connection kind. {(way, connection, mode):
+    (count, failures, seconds)}."""
+    out = {}
+    keys = {"direct": ENGINE_KEY, "plain": CLIENT_KEY, "tls": CLIENT_KEY}
+    ways = ("direct", "plain", "tls") if args.direct_control else ("plain", "tls")
+    for mode, concurrency in (("sequential", 1), ("concurrent", args.concurrency)):
+        for connection in CONNECTIONS:
+            for way in ways:
+                gens = Generations(ports[way], keys[way], way == "tls", connection, args.generation_tokens)
+                seconds = gens.run(args.generations, concurrency)
+                out[(way, connection, mode)] = (gens.done, gens.failures, seconds)
+                print("  %-6s %-10s %-10s %5d generations, %d failed %s (%.0f s)" % (
+                    way, connection, mode, gens.done, sum(gens.failures.values()),
+                    gens.failures or "", seconds), flush=True)
+    return out
+
+
+def reliability_goals(results):
+    """One goal per gateway way: no generation failed, over every connection kind and mode."""
+    goals = []
+    for way, name in (("plain", "plain"), ("tls", "TLS")):
+        runs = [value for key, value in results.items() if key[0] == way]
+        if not runs:
+            continue
+        count = sum(done for done, _, _ in runs)
+        failed = sum(sum(failures.values()) for _, failures, _ in runs)
+        goals.append(("%s: generations failed through the gateway %d of %d (sequential and concurrent, "
+                      "kept-alive and new client connections), must be 0" % (name, failed, count),
+                      failed == 0 and count > 0))
+    return goals
+
+
+def connection_cost(port, key, count):
+    """What a new connection per request costs at the engine (the gateway opens one per request): one-token
+    generations direct on a kept-alive connection and on a new one each, interleaved: (p50, p50) in ms."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    kept, times = Client(port, key), {"kept": [], "new": []}
+    try:
+        for _ in range(count):
+            arrivals, sent = kept.request(body)
+            times["kept"].append((arrivals[-1] - sent) * 1000)
+            fresh = Client(port, key)  # http.client connects on the first request: inside its time
+            try:
+                arrivals, sent = fresh.request(body)
+            finally:
+                fresh.close()
+            times["new"].append((arrivals[-1] - sent) * 1000)
+    finally:
+        kept.close()
+    return pct(times["kept"], 50), pct(times["new"], 50)
+
+
 # ---------------------------------------------------------------- what reading "model" from the body costs
 
 def _rss_kib(pid, field):
@@ -350,6 +481,13 @@ def main():
     ap.add_argument("--streams", type=int, default=30, help="streamed generations per way (default 30)")
     ap.add_argument("--tokens", type=int, default=32, help="tokens per stream (default 32)")
     ap.add_argument("--engine", choices=("auto", "llama-server", "double"), default="auto")
+    ap.add_argument("--generations", type=int, default=2000,
+                    help="generations per gateway way (plain, TLS), client connection kind (kept-alive, new) "
+                         "and mode (sequential, concurrent) that must all succeed (default 2000; 0: skip)")
+    ap.add_argument("--concurrency", type=int, default=8, help="clients of the concurrent mode (default 8)")
+    ap.add_argument("--generation-tokens", type=int, default=2, help="tokens per such generation (default 2)")
+    ap.add_argument("--direct-control", action="store_true",
+                    help="also count failures of the same generations sent to the engine directly")
     ap.add_argument("--memory", action="store_true", help="also measure the buffer sizes' memory and reach")
     ap.add_argument("--inflight", type=int, default=64, help="requests in flight for --memory (default 64)")
     args = ap.parse_args()
@@ -368,12 +506,23 @@ def main():
                                         settings={"ctx_size": 4096})}
             with running_gateway(tempfile.mkdtemp(dir=work), hostvars, gateway_tls=False) as plain, \
                     running_gateway(tempfile.mkdtemp(dir=work), hostvars, gateway_tls=True) as tls:
-                results = measure({"direct": port, "plain": plain["port"], "tls": tls["port"]}, args)
-            print("gateway: roles/gateway rendered (HAProxy %s), keep-alive on both sides; %d one-token "
-                  "requests and %d streams of %d tokens per way, interleaved\n"
+                ports = {"direct": port, "plain": plain["port"], "tls": tls["port"]}
+                results = measure(ports, args)
+                kept_ms, new_ms = connection_cost(port, ENGINE_KEY, max(args.requests // 3, 20))
+                counts = {}
+                if args.generations > 0:
+                    print("\ngenerations that must all succeed (%d tokens each; concurrent: %d clients):"
+                          % (args.generation_tokens, args.concurrency), flush=True)
+                    counts = reliability(ports, args)
+            print("\ngateway: roles/gateway rendered (HAProxy %s), client keep-alive, a new server "
+                  "connection per request; %d one-token requests and %d streams of %d tokens per way, "
+                  "interleaved\n"
                   % (subprocess.run(["haproxy", "-v"], stdout=subprocess.PIPE, universal_newlines=True,
                                     check=False).stdout.split()[2], args.requests, args.streams, args.tokens))
             goals = report(results)
+            print("a new connection per request at the engine (what the gateway does): one-token p50 %.2f ms "
+                  "kept-alive, %.2f ms new (%+.2f ms)" % (kept_ms, new_ms, new_ms - kept_ms))
+            goals += reliability_goals(counts)
         if args.memory:
             memory_section(args, work)
     finally:
