@@ -58,6 +58,8 @@ GOAL_TOGETHER_POINTS = 20.0
 GOAL_LATENCY_P50_MS = 5.0
 ENGINE_KEY = "bench-engine-key-5d1f"
 CLIENT_KEY = CLIENT_KEYS[0]["key"]
+# The benchmark's client key: a generation limit no run reaches (rate limits are not measured here).
+BENCH_KEYS = [dict(CLIENT_KEYS[0], rate_limit=10 ** 7)]
 MODEL = "tiny"
 START_TIMEOUT = 120
 
@@ -129,9 +131,12 @@ def engine_process(kind, work):
 
 
 class Client(object):
-    """One kept-alive connection; request() returns (status, [arrival times of data lines], send time)."""
+    """One kept-alive connection; request() returns (status, [arrival times of data lines], send time).
+    closes_after_stream: the server closes the connection after a streamed answer though its headers say
+    keep-alive (llama-server does, at once): the client then opens a new one for the next request."""
 
-    def __init__(self, port, key, tls=False):
+    def __init__(self, port, key, tls=False, closes_after_stream=False):
+        self.closes_after_stream = closes_after_stream
         if tls:
             context = ssl._create_unverified_context()  # noqa: S323 - the gateway's self-signed certificate
             self.conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=60, context=context)
@@ -154,6 +159,8 @@ class Client(object):
             arrivals.append(time.monotonic())
         if resp.status != 200:
             raise SystemExit("HTTP %d from %s" % (resp.status, self.conn.port))
+        if body.get("stream") and self.closes_after_stream:
+            self.conn.close()  # http.client connects again on the next request
         return arrivals, sent
 
     def close(self):
@@ -171,8 +178,8 @@ WAYS = ("direct", "plain", "tls")
 def measure(ports, args):
     """The same requests direct and through both gateways, interleaved (one each in turn, the order rotating)
     so that a busy machine weighs on every way alike. ports: {way: port}."""
-    clients = {"direct": Client(ports["direct"], ENGINE_KEY), "plain": Client(ports["plain"], CLIENT_KEY),
-               "tls": Client(ports["tls"], CLIENT_KEY, tls=True)}
+    clients = {"direct": Client(ports["direct"], ENGINE_KEY, closes_after_stream=True),
+               "plain": Client(ports["plain"], CLIENT_KEY), "tls": Client(ports["tls"], CLIENT_KEY, tls=True)}
     out = dict((way, {"latency": [], "first": [], "gaps": [], "spans": []}) for way in WAYS)
     one = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     stream = dict(one, max_tokens=args.tokens, stream=True, ignore_eos=True)
@@ -447,7 +454,8 @@ def memory_section(args, work):
             hostvars = {"n1": node_vars({MODEL: (MODEL, port, "llama.cpp")}, key=ENGINE_KEY),
                         "n2": node_vars({"other": ("other", other, "llama.cpp")}, key=ENGINE_KEY)}
             directory = tempfile.mkdtemp(dir=work)
-            with running_gateway(directory, hostvars, gateway_tls=False, gateway_bufsize=bufsize) as gw:
+            with running_gateway(directory, hostvars, gateway_tls=False, gateway_bufsize=bufsize,
+                                 gateway_api_keys=BENCH_KEYS) as gw:
                 pid = _haproxy_pid(gw["admin"])
                 idle = _rss_kib(pid, "VmRSS")
                 body = json.dumps({"model": MODEL, "max_tokens": 1,
@@ -504,8 +512,10 @@ def main():
             print("engine: %s, on 127.0.0.1:%d" % (name, port))
             hostvars = {"n1": node_vars({MODEL: (MODEL, port, engine)}, key=ENGINE_KEY,
                                         settings={"ctx_size": 4096})}
-            with running_gateway(tempfile.mkdtemp(dir=work), hostvars, gateway_tls=False) as plain, \
-                    running_gateway(tempfile.mkdtemp(dir=work), hostvars, gateway_tls=True) as tls:
+            with running_gateway(tempfile.mkdtemp(dir=work), hostvars, gateway_tls=False,
+                                 gateway_api_keys=BENCH_KEYS) as plain, \
+                    running_gateway(tempfile.mkdtemp(dir=work), hostvars, gateway_tls=True,
+                                    gateway_api_keys=BENCH_KEYS) as tls:
                 ports = {"direct": port, "plain": plain["port"], "tls": tls["port"]}
                 results = measure(ports, args)
                 kept_ms, new_ms = connection_cost(port, ENGINE_KEY, max(args.requests // 3, 20))
@@ -514,6 +524,10 @@ def main():
                     print("\ngenerations that must all succeed (%d tokens each; concurrent: %d clients):"
                           % (args.generation_tokens, args.concurrency), flush=True)
                     counts = reliability(ports, args)
+                    for way, gateway in (("plain", plain), ("tls", tls)):
+                        if any(sum(value[1].values()) for key, value in counts.items() if key[0] == way):
+                            lines = gateway["log"].read_text(errors="replace").splitlines()
+                            print("HAProxy's log (%s), the last lines:\n%s" % (way, "\n".join(lines[-15:])))
             print("\ngateway: roles/gateway rendered (HAProxy %s), client keep-alive, a new server "
                   "connection per request; %d one-token requests and %d streams of %d tokens per way, "
                   "interleaved\n"
