@@ -258,8 +258,9 @@ def test_post_to_a_dead_server_is_retried_on_another(tmp_path):
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 def test_no_generation_rides_a_server_connection_the_engine_may_be_closing(tmp_path, tls):
-    """An engine closes an idle kept-alive connection when its keep-alive runs out (llama-server: 5 s); a
-    request the gateway sends over it at that moment is lost (502, and a POST is never retried). The engine
+    """llama-server closes its connection right after each streamed answer (its headers say keep-alive) and
+    an idle one after 5 s; a request the gateway sends over it as it closes is lost (502, or the client's
+    connection closed unanswered; a POST is never retried). The engine
     here drops every request that arrives on a connection it already answered on (the race, every time):
     through the gateway each generation still succeeds, once, whether the client keeps its connection or
     opens one per request. Before (http-reuse safe), every request after the first of a kept-alive client
