@@ -591,12 +591,13 @@ def _stats(values):
     return {"mean": _round(_mean(values), 4), "max": _round(values[-1] if values else None, 4)}
 
 
-def stall_check(records, wall_s):
+def stall_check(records, wall_s, concurrency=1):
     """Where a run's wall time went that its requests' time to first token and decode do not explain:
     {unexplained_s (wall time outside every request's start..last token, or start..end when it failed),
     idle_s (no request in flight), stall (None, or what the time was spent on when unexplained_s is over
     STALL_MIN_S and STALL_FRACTION of the wall time)}. Connect and queue times are inside the time to
-    first token: the run reports them apart (connect_s, queue_s), and a stall names them when long."""
+    first token: the run reports them apart (connect_s, queue_s), and a stall names them when longer than
+    STALL_MIN_S (a queue only at concurrency 1: above it, a request may wait for the run's own others)."""
     timed = [r for r in records if r.get("t_start") is not None and r.get("t_end") is not None]
     explained = _covered((r["t_start"], r["t_last"] if r.get("ok") and r.get("t_last") else r["t_end"])
                          for r in timed)
@@ -609,7 +610,7 @@ def stall_check(records, wall_s):
                      "decode: %.1f s after the last tokens until the streams ended (at most %.1f s in one), "
                      "%.1f s with no request in flight" % (unexplained, wall_s, sum(tails), max(tails), idle))
     for name, values in (("connecting", [_span(r, "t_start", "t_connected") for r in timed]),
-                         ("queued at the server", [_queue(r) for r in timed])):
+                         ("queued at the server", [_queue(r) for r in timed] if concurrency == 1 else [])):
         longest = max([v for v in values if v is not None] or [0.0])
         if longest > STALL_MIN_S:
             found.append("a request spent %.1f s %s (inside its time to first token)" % (longest, name))
@@ -651,7 +652,7 @@ def summarize_run(run, records, wall_s, spec_counters=None):
         "draft_acceptance": _round(accepted / drafted if drafted else None, 4),
         "draft_tokens": drafted or None, "draft_accepted_tokens": accepted if drafted else None,
     }
-    report.update(stall_check(records, wall_s))
+    report.update(stall_check(records, wall_s, run["concurrency"]))
     return report
 
 

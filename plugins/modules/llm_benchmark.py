@@ -199,7 +199,8 @@ runs:
       time; without it, to the response headers); the stream's end after its last token.
     - C(unexplained_s) - wall time outside every request's start to last token; C(idle_s) - wall time with
       no request in flight; C(stall) - null, or where the time went when C(unexplained_s) is over 1 s and
-      10% of the wall time, or a request spent over 1 s connecting or queued (also a warning).
+      10% of the wall time, or a request spent over 1 s connecting or, at concurrency 1, queued (also a
+      warning).
     - C(prefill_tps), C(decode_tps) - client means per request; C(decode_tps_total) - completion tokens of
       the run / its wall time (the throughput at that concurrency).
     - C(server_prefill_tps), C(server_decode_tps) - means of llama-server's timings, null when not given.

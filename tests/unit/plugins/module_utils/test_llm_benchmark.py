@@ -208,6 +208,15 @@ def test_stall_check_counts_idle_time_and_overlaps_once():
     assert found["unexplained_s"] == 0.0 and found["stall"] is None
 
 
+def test_a_long_queue_is_a_stall_alone_but_not_behind_the_runs_own_requests():
+    waited = [_timed(0.0, 2.0, 3.0, 3.0), _timed(3.0, 3.1, 4.0, 4.0)]   # 2 s to the first token, no timings
+    assert "spent 2.0 s queued at the server" in lb.stall_check(waited, 4.0)["stall"]
+    # at concurrency 4 on 2 slots, a request waits for the run's own others: reported (queue_s), not a stall
+    assert lb.stall_check(waited, 4.0, concurrency=4)["stall"] is None
+    slow_connect = [dict(_timed(0.0, 2.0, 3.0, 3.0), t_connected=1.5)]
+    assert "spent 1.5 s connecting" in lb.stall_check(slow_connect, 3.0, concurrency=4)["stall"]
+
+
 def test_a_failed_warm_up_is_retried_for_calibration():
     with FakeOpenAI(decode_tps=2000.0, prefill_tps=1e6, fail_every=2) as fake:
         result = _bench(fake, [{"prompt_tokens": 40, "max_tokens": 2, "requests": 1}])
