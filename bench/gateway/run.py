@@ -58,6 +58,8 @@ GOAL_TOGETHER_POINTS = 20.0
 GOAL_LATENCY_P50_MS = 5.0
 ENGINE_KEY = "bench-engine-key-5d1f"
 CLIENT_KEY = CLIENT_KEYS[0]["key"]
+# The benchmark's client key: a generation limit no run reaches (rate limits are not measured here).
+BENCH_KEYS = [dict(CLIENT_KEYS[0], rate_limit=10 ** 7)]
 MODEL = "tiny"
 START_TIMEOUT = 120
 
@@ -129,9 +131,12 @@ def engine_process(kind, work):
 
 
 class Client(object):
-    """One kept-alive connection; request() returns (status, [arrival times of data lines], send time)."""
+    """One kept-alive connection; request() returns (status, [arrival times of data lines], send time).
+    closes_after_stream: the server closes the connection after a streamed answer though its headers say
+    keep-alive (llama-server does, at once): the client then opens a new one for the next request."""
 
-    def __init__(self, port, key, tls=False):
+    def __init__(self, port, key, tls=False, closes_after_stream=False):
+        self.closes_after_stream = closes_after_stream
         if tls:
             context = ssl._create_unverified_context()  # noqa: S323 - the gateway's self-signed certificate
             self.conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=60, context=context)
@@ -154,6 +159,8 @@ class Client(object):
             arrivals.append(time.monotonic())
         if resp.status != 200:
             raise SystemExit("HTTP %d from %s" % (resp.status, self.conn.port))
+        if body.get("stream") and self.closes_after_stream:
+            self.conn.close()  # http.client connects again on the next request
         return arrivals, sent
 
     def close(self):
@@ -171,8 +178,8 @@ WAYS = ("direct", "plain", "tls")
 def measure(ports, args):
     """The same requests direct and through both gateways, interleaved (one each in turn, the order rotating)
     so that a busy machine weighs on every way alike. ports: {way: port}."""
-    clients = {"direct": Client(ports["direct"], ENGINE_KEY), "plain": Client(ports["plain"], CLIENT_KEY),
-               "tls": Client(ports["tls"], CLIENT_KEY, tls=True)}
+    clients = {"direct": Client(ports["direct"], ENGINE_KEY, closes_after_stream=True),
+               "plain": Client(ports["plain"], CLIENT_KEY), "tls": Client(ports["tls"], CLIENT_KEY, tls=True)}
     out = dict((way, {"latency": [], "first": [], "gaps": [], "spans": []}) for way in WAYS)
     one = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     stream = dict(one, max_tokens=args.tokens, stream=True, ignore_eos=True)
@@ -238,6 +245,137 @@ def report(results):
         goals.append(("%s: added keep-alive latency p50 %.2f ms <= %.0f ms"
                       % (name, added, GOAL_LATENCY_P50_MS), added <= GOAL_LATENCY_P50_MS))
     return goals
+
+
+# ---------------------------------------------------------------- generations lost: none through the gateway
+
+CONNECTIONS = ("keep-alive", "new")
+
+
+class Generations(object):
+    """Short streamed generations, each checked whole (200, then the stream up to `data: [DONE]`), on one
+    kept-alive connection per client thread (reopened after a failure) or a new connection each."""
+
+    def __init__(self, port, key, tls, connection, tokens):
+        self.port, self.tls, self.connection = port, tls, connection
+        self.headers = {"Authorization": "Bearer " + key, "Content-Type": "application/json"}
+        self.body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                "max_tokens": tokens, "stream": True, "ignore_eos": True}).encode()
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.failures = {}
+        self.done = 0
+
+    def _connection(self):
+        conn = getattr(self.local, "conn", None) if self.connection == "keep-alive" else None
+        if conn is None:
+            if self.tls:
+                context = ssl._create_unverified_context()  # noqa: S323 - the gateway's self-signed certificate
+                conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=120, context=context)
+            else:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+            self.local.conn = conn
+        return conn
+
+    def one(self):
+        conn = self._connection()
+        failure = None
+        try:
+            conn.request("POST", "/v1/chat/completions", body=self.body, headers=self.headers)
+            resp = conn.getresponse()
+            done = False
+            for line in resp:
+                done = done or line.startswith(b"data: [DONE]")
+            if resp.status != 200:
+                failure = "HTTP %d" % resp.status
+            elif not done:
+                failure = "stream cut before [DONE]"
+        except (OSError, http.client.HTTPException) as exc:
+            failure = type(exc).__name__
+        if failure or self.connection == "new":
+            conn.close()
+            self.local.conn = None
+        with self.lock:
+            self.done += 1
+            if failure:
+                self.failures[failure] = self.failures.get(failure, 0) + 1
+
+    def run(self, count, concurrency):
+        """`count` generations from `concurrency` threads; returns the seconds taken."""
+        left = [count]
+
+        def worker():
+            while True:
+                with self.lock:
+                    if not left[0]:
+                        break
+                    left[0] -= 1
+                self.one()
+            conn = getattr(self.local, "conn", None)
+            if conn is not None:
+                conn.close()
+
+        threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return time.monotonic() - started
+
+
+def reliability(ports, args):
+    """args.generations sequential and args.generations concurrent (args.concurrency clients) generations
+    of args.generation_tokens tokens, per way and per client connection kind. {(way, connection, mode):
+    (count, failures, seconds)}."""
+    out = {}
+    keys = {"direct": ENGINE_KEY, "plain": CLIENT_KEY, "tls": CLIENT_KEY}
+    ways = ("direct", "plain", "tls") if args.direct_control else ("plain", "tls")
+    for mode, concurrency in (("sequential", 1), ("concurrent", args.concurrency)):
+        for connection in CONNECTIONS:
+            for way in ways:
+                gens = Generations(ports[way], keys[way], way == "tls", connection, args.generation_tokens)
+                seconds = gens.run(args.generations, concurrency)
+                out[(way, connection, mode)] = (gens.done, gens.failures, seconds)
+                print("  %-6s %-10s %-10s %5d generations, %d failed %s (%.0f s)" % (
+                    way, connection, mode, gens.done, sum(gens.failures.values()),
+                    gens.failures or "", seconds), flush=True)
+    return out
+
+
+def reliability_goals(results):
+    """One goal per gateway way: no generation failed, over every connection kind and mode."""
+    goals = []
+    for way, name in (("plain", "plain"), ("tls", "TLS")):
+        runs = [value for key, value in results.items() if key[0] == way]
+        if not runs:
+            continue
+        count = sum(done for done, _, _ in runs)
+        failed = sum(sum(failures.values()) for _, failures, _ in runs)
+        goals.append(("%s: generations failed through the gateway %d of %d (sequential and concurrent, "
+                      "kept-alive and new client connections), must be 0" % (name, failed, count),
+                      failed == 0 and count > 0))
+    return goals
+
+
+def connection_cost(port, key, count):
+    """What a new connection per request costs at the engine (the gateway opens one per request): one-token
+    generations direct on a kept-alive connection and on a new one each, interleaved: (p50, p50) in ms."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    kept, times = Client(port, key), {"kept": [], "new": []}
+    try:
+        for _ in range(count):
+            arrivals, sent = kept.request(body)
+            times["kept"].append((arrivals[-1] - sent) * 1000)
+            fresh = Client(port, key)  # http.client connects on the first request: inside its time
+            try:
+                arrivals, sent = fresh.request(body)
+            finally:
+                fresh.close()
+            times["new"].append((arrivals[-1] - sent) * 1000)
+    finally:
+        kept.close()
+    return pct(times["kept"], 50), pct(times["new"], 50)
 
 
 # ---------------------------------------------------------------- what reading "model" from the body costs
@@ -316,7 +454,8 @@ def memory_section(args, work):
             hostvars = {"n1": node_vars({MODEL: (MODEL, port, "llama.cpp")}, key=ENGINE_KEY),
                         "n2": node_vars({"other": ("other", other, "llama.cpp")}, key=ENGINE_KEY)}
             directory = tempfile.mkdtemp(dir=work)
-            with running_gateway(directory, hostvars, gateway_tls=False, gateway_bufsize=bufsize) as gw:
+            with running_gateway(directory, hostvars, gateway_tls=False, gateway_bufsize=bufsize,
+                                 gateway_api_keys=BENCH_KEYS) as gw:
                 pid = _haproxy_pid(gw["admin"])
                 idle = _rss_kib(pid, "VmRSS")
                 body = json.dumps({"model": MODEL, "max_tokens": 1,
@@ -350,6 +489,13 @@ def main():
     ap.add_argument("--streams", type=int, default=30, help="streamed generations per way (default 30)")
     ap.add_argument("--tokens", type=int, default=32, help="tokens per stream (default 32)")
     ap.add_argument("--engine", choices=("auto", "llama-server", "double"), default="auto")
+    ap.add_argument("--generations", type=int, default=2000,
+                    help="generations per gateway way (plain, TLS), client connection kind (kept-alive, new) "
+                         "and mode (sequential, concurrent) that must all succeed (default 2000; 0: skip)")
+    ap.add_argument("--concurrency", type=int, default=8, help="clients of the concurrent mode (default 8)")
+    ap.add_argument("--generation-tokens", type=int, default=2, help="tokens per such generation (default 2)")
+    ap.add_argument("--direct-control", action="store_true",
+                    help="also count failures of the same generations sent to the engine directly")
     ap.add_argument("--memory", action="store_true", help="also measure the buffer sizes' memory and reach")
     ap.add_argument("--inflight", type=int, default=64, help="requests in flight for --memory (default 64)")
     args = ap.parse_args()
@@ -366,14 +512,31 @@ def main():
             print("engine: %s, on 127.0.0.1:%d" % (name, port))
             hostvars = {"n1": node_vars({MODEL: (MODEL, port, engine)}, key=ENGINE_KEY,
                                         settings={"ctx_size": 4096})}
-            with running_gateway(tempfile.mkdtemp(dir=work), hostvars, gateway_tls=False) as plain, \
-                    running_gateway(tempfile.mkdtemp(dir=work), hostvars, gateway_tls=True) as tls:
-                results = measure({"direct": port, "plain": plain["port"], "tls": tls["port"]}, args)
-            print("gateway: roles/gateway rendered (HAProxy %s), keep-alive on both sides; %d one-token "
-                  "requests and %d streams of %d tokens per way, interleaved\n"
+            with running_gateway(tempfile.mkdtemp(dir=work), hostvars, gateway_tls=False,
+                                 gateway_api_keys=BENCH_KEYS) as plain, \
+                    running_gateway(tempfile.mkdtemp(dir=work), hostvars, gateway_tls=True,
+                                    gateway_api_keys=BENCH_KEYS) as tls:
+                ports = {"direct": port, "plain": plain["port"], "tls": tls["port"]}
+                results = measure(ports, args)
+                kept_ms, new_ms = connection_cost(port, ENGINE_KEY, max(args.requests // 3, 20))
+                counts = {}
+                if args.generations > 0:
+                    print("\ngenerations that must all succeed (%d tokens each; concurrent: %d clients):"
+                          % (args.generation_tokens, args.concurrency), flush=True)
+                    counts = reliability(ports, args)
+                    for way, gateway in (("plain", plain), ("tls", tls)):
+                        if any(sum(value[1].values()) for key, value in counts.items() if key[0] == way):
+                            lines = gateway["log"].read_text(errors="replace").splitlines()
+                            print("HAProxy's log (%s), the last lines:\n%s" % (way, "\n".join(lines[-15:])))
+            print("\ngateway: roles/gateway rendered (HAProxy %s), client keep-alive, a new server "
+                  "connection per request; %d one-token requests and %d streams of %d tokens per way, "
+                  "interleaved\n"
                   % (subprocess.run(["haproxy", "-v"], stdout=subprocess.PIPE, universal_newlines=True,
                                     check=False).stdout.split()[2], args.requests, args.streams, args.tokens))
             goals = report(results)
+            print("a new connection per request at the engine (what the gateway does): one-token p50 %.2f ms "
+                  "kept-alive, %.2f ms new (%+.2f ms)" % (kept_ms, new_ms, new_ms - kept_ms))
+            goals += reliability_goals(counts)
         if args.memory:
             memory_section(args, work)
     finally:

@@ -42,6 +42,10 @@ VLLM_DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
 # warm-ups that calibrate words -> tokens: two different lengths give the slope and the template overhead
 CALIBRATION_WORDS = (48, 192)
 WARMUP_MAX_TOKENS = 8
+# A run's wall time its requests' time to first token and decode leave unexplained beyond this (seconds and
+# fraction of the wall time) is a stall the run reports; so is a connect or a queue longer than STALL_MIN_S.
+STALL_MIN_S = 1.0
+STALL_FRACTION = 0.1
 MAX_ERROR_MESSAGES = 10
 REDACTED = "<redacted>"
 # Read limits (documented in the module): one SSE line, a whole streamed answer, a plain body (/v1/models,
@@ -196,9 +200,12 @@ class Endpoint:
         """`text` without the key in any form (raw, escaped as in b'Bearer ...', URL-encoded)."""
         return scrub(str(text), self.api_key, mask=REDACTED) if self.api_key else str(text)
 
-    def open(self, method, path, body=None, deadline=None):
+    def open(self, method, path, body=None, deadline=None, marks=None):
         """(connection, response) of a request; the caller reads and closes (close() also ends the
-        watchdog that enforces `deadline`, time.monotonic() based: the request's total time)."""
+        watchdog that enforces `deadline`, time.monotonic() based: the request's total time). `marks`, a
+        dict, gets the times the connection was made ("connected"), the request written ("sent") and the
+        response's headers read ("headers")."""
+        marks = {} if marks is None else marks
         cls = http_client.HTTPSConnection if self.https else http_client.HTTPConnection
         deadline = time.monotonic() + self.timeout if deadline is None else deadline
         conn = cls(self.host, self.port, timeout=max(min(self.timeout, deadline - time.monotonic()), 0.001))
@@ -207,6 +214,7 @@ class Endpoint:
         except Exception:
             conn.close()
             raise
+        marks["connected"] = time.monotonic()
         # the socket itself: http.client drops conn.sock when the answer says Connection: close
         watchdog = _Watchdog(conn.sock, deadline - time.monotonic())
         opening = [True]
@@ -225,7 +233,9 @@ class Endpoint:
         payload = None if body is None else json.dumps(body).encode("utf-8")
         try:
             conn.request(method, self.prefix + path, body=payload, headers=headers)
+            marks["sent"] = time.monotonic()
             response = conn.getresponse()
+            marks["headers"] = time.monotonic()
         except Exception:
             opening[0] = False
             conn.close()
@@ -303,19 +313,22 @@ def scrape_counters(endpoint, names):
 
 def stream_chat(endpoint, body):
     """Send one streaming chat completion and time it. Returns a record:
-    ok, error, t_start, t_first (first content or reasoning token), t_last (last one), chunks (token
-    events), usage and timings (of the last chunk that had them), all times from time.monotonic().
+    ok, error, t_start, t_connected (TCP and TLS done), t_sent (request written), t_headers (response
+    headers read), t_first (first content or reasoning token), t_last (last one), t_end (the stream ended or
+    failed), chunks (token events), usage and timings (of the last chunk that had them), all times from
+    time.monotonic() (None for a step not reached).
 
     `endpoint.timeout` is the request's total deadline (a watchdog shuts the socket down when it passes,
     however slowly the server sends), one line is at most MAX_LINE_BYTES and the whole stream at most
     MAX_STREAM_BYTES."""
     record = {"ok": False, "error": None, "t_start": time.monotonic(), "t_first": None, "t_last": None,
-              "chunks": 0, "usage": None, "timings": None}
+              "t_end": None, "chunks": 0, "usage": None, "timings": None}
     deadline = record["t_start"] + endpoint.timeout
     conn = None
     received = 0
+    marks = {}
     try:
-        conn, resp = endpoint.open("POST", "/v1/chat/completions", body, deadline=deadline)
+        conn, resp = endpoint.open("POST", "/v1/chat/completions", body, deadline=deadline, marks=marks)
         if resp.status != 200:
             record["error"] = http_error_message(resp.status, resp.read(64 * 1024).decode("utf-8", "replace"))
         while record["error"] is None:
@@ -353,6 +366,9 @@ def stream_chat(endpoint, body):
         else:
             record["error"] = "%s: %s" % (type(exc).__name__, exc)
     finally:
+        record["t_end"] = time.monotonic()
+        for name in ("connected", "sent", "headers"):
+            record["t_" + name] = marks.get(name)
         if conn is not None:
             conn.close()
     if record["error"]:
@@ -414,6 +430,9 @@ def request_metrics(record):
     details = details if isinstance(details, dict) else {}
     cached = _count(timings.get("cache_n", details.get("cached_tokens")))
     return {
+        "connect_s": _span(record, "t_start", "t_connected"),
+        "queue_s": _queue(record),
+        "tail_s": _span(record, "t_last", "t_end"),
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "cached_prompt_tokens": cached,
@@ -426,6 +445,31 @@ def request_metrics(record):
         "draft_n": _count(timings.get("draft_n")),
         "draft_n_accepted": _count(timings.get("draft_n_accepted")),
     }
+
+
+def _prompt_ms(record):
+    """The server's own prompt time (llama-server's timings.prompt_ms): a finite number >= 0, else None."""
+    value = record["timings"].get("prompt_ms") if isinstance(record.get("timings"), dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) > 2 ** 53:
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def _span(record, first, last):
+    """Seconds from record[first] to record[last]; None when either step was not reached."""
+    if record.get(first) is None or record.get(last) is None:
+        return None
+    return max(0.0, record[last] - record[first])
+
+
+def _queue(record):
+    """How long the request waited at the server before its work began: from the request written to the
+    first token, less the server's own prompt time (llama-server's timings.prompt_ms: an HTTP worker, then a
+    slot); without it, to the response headers (vLLM writes them when its handler takes the request)."""
+    prompt_ms = _prompt_ms(record)
+    if prompt_ms is not None and record.get("t_first") is not None and record.get("t_sent") is not None:
+        return max(0.0, record["t_first"] - record["t_sent"] - prompt_ms / 1000.0)
+    return _span(record, "t_sent", "t_headers")
 
 
 # --- prompts ------------------------------------------------------------------------------------------------
@@ -531,6 +575,49 @@ def _round(value, digits=3):
     return None if value is None else round(value, digits)
 
 
+def _covered(intervals):
+    """Seconds covered by at least one of the (start, end) intervals."""
+    total, reach = 0.0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total, reach = total + end - start, end
+        elif end > reach:
+            total, reach = total + end - reach, end
+    return total
+
+
+def _stats(values):
+    values = sorted(v for v in values if v is not None)
+    return {"mean": _round(_mean(values), 4), "max": _round(values[-1] if values else None, 4)}
+
+
+def stall_check(records, wall_s, concurrency=1):
+    """Where a run's wall time went that its requests' time to first token and decode do not explain:
+    {unexplained_s (wall time outside every request's start..last token, or start..end when it failed),
+    idle_s (no request in flight), stall (None, or what the time was spent on when unexplained_s is over
+    STALL_MIN_S and STALL_FRACTION of the wall time)}. Connect and queue times are inside the time to
+    first token: the run reports them apart (connect_s, queue_s), and a stall names them when longer than
+    STALL_MIN_S (a queue only at concurrency 1: above it, a request may wait for the run's own others)."""
+    timed = [r for r in records if r.get("t_start") is not None and r.get("t_end") is not None]
+    explained = _covered((r["t_start"], r["t_last"] if r.get("ok") and r.get("t_last") else r["t_end"])
+                         for r in timed)
+    unexplained = max(0.0, wall_s - explained)
+    idle = max(0.0, wall_s - _covered((r["t_start"], r["t_end"]) for r in timed))
+    found = []
+    if unexplained > max(STALL_MIN_S, STALL_FRACTION * wall_s):
+        tails = [_span(r, "t_last", "t_end") or 0.0 for r in timed if r.get("ok")] or [0.0]
+        found.append("%.1f s of the run's %.1f s wall time is outside its requests' time to first token and "
+                     "decode: %.1f s after the last tokens until the streams ended (at most %.1f s in one), "
+                     "%.1f s with no request in flight" % (unexplained, wall_s, sum(tails), max(tails), idle))
+    for name, values in (("connecting", [_span(r, "t_start", "t_connected") for r in timed]),
+                         ("queued at the server", [_queue(r) for r in timed] if concurrency == 1 else [])):
+        longest = max([v for v in values if v is not None] or [0.0])
+        if longest > STALL_MIN_S:
+            found.append("a request spent %.1f s %s (inside its time to first token)" % (longest, name))
+    stall = "; ".join(found) or None
+    return {"unexplained_s": _round(unexplained), "idle_s": _round(idle), "stall": stall}
+
+
 def summarize_run(run, records, wall_s, spec_counters=None):
     """One run's report (the result's `runs` item) from its request records and wall time.
     spec_counters: (accepted, drafted) deltas from vLLM's /metrics, or None."""
@@ -545,7 +632,7 @@ def summarize_run(run, records, wall_s, spec_counters=None):
     for message in errors:
         if message not in messages and len(messages) < MAX_ERROR_MESSAGES:
             messages.append(message)
-    return {
+    report = {
         "prompt_tokens_target": run["prompt_tokens"], "max_tokens": run["max_tokens"],
         "concurrency": run["concurrency"], "requests": len(records), "ok": len(good), "errors": len(errors),
         "error_messages": messages, "wall_s": _round(wall_s),
@@ -554,6 +641,8 @@ def summarize_run(run, records, wall_s, spec_counters=None):
         "cached_prompt_tokens": _round(_mean(m["cached_prompt_tokens"] for m in good), 1),
         "ttft_s": {"mean": _round(_mean(ttfts), 4), "p50": _round(_percentile(ttfts, 0.5), 4),
                    "p90": _round(_percentile(ttfts, 0.9), 4), "max": _round(ttfts[-1] if ttfts else None, 4)},
+        "connect_s": _stats(m["connect_s"] for m in good), "queue_s": _stats(m["queue_s"] for m in good),
+        "tail_s": _stats(m["tail_s"] for m in good),
         "prefill_tps": _round(_mean(m["prefill_tps"] for m in good), 2),
         "decode_tps": _round(_mean(m["decode_tps"] for m in good), 2),
         "decode_tps_total": _round(sum(m["completion_tokens"] or 0 for m in good) / wall_s
@@ -563,6 +652,8 @@ def summarize_run(run, records, wall_s, spec_counters=None):
         "draft_acceptance": _round(accepted / drafted if drafted else None, 4),
         "draft_tokens": drafted or None, "draft_accepted_tokens": accepted if drafted else None,
     }
+    report.update(stall_check(records, wall_s, run["concurrency"]))
+    return report
 
 
 def summarize(runs):

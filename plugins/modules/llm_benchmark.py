@@ -192,7 +192,15 @@ runs:
     - C(ok), C(errors), C(error_messages) (distinct, at most 10), C(wall_s) (the run's wall time).
     - C(prompt_tokens), C(completion_tokens), C(cached_prompt_tokens) - means from the server's usage
       (cached should be 0).
-    - C(ttft_s) - C(mean), C(p50), C(p90), C(max) of the time to the first token.
+    - C(ttft_s) - C(mean), C(p50), C(p90), C(max) of the time to the first token (from the start of the
+      request, connecting and queueing included).
+    - C(connect_s), C(queue_s), C(tail_s) - C(mean) and C(max), apart, of connecting (TCP, TLS); waiting at
+      the server before the work began (request written to first token less llama-server's own prompt
+      time; without it, to the response headers); the stream's end after its last token.
+    - C(unexplained_s) - wall time outside every request's start to last token; C(idle_s) - wall time with
+      no request in flight; C(stall) - null, or where the time went when C(unexplained_s) is over 1 s and
+      10% of the wall time, or a request spent over 1 s connecting or, at concurrency 1, queued (also a
+      warning).
     - C(prefill_tps), C(decode_tps) - client means per request; C(decode_tps_total) - completion tokens of
       the run / its wall time (the throughput at that concurrency).
     - C(server_prefill_tps), C(server_decode_tps) - means of llama-server's timings, null when not given.
@@ -287,6 +295,10 @@ def _run(module):
     except llm_benchmark.BenchmarkError as exc:
         module.fail_json(msg="benchmark of %s failed: %s" % (p["url"], exc))
     result.update(load=load, measured=True)
+    for run in result["runs"]:
+        if run.get("stall"):
+            module.warn("benchmark of %s, run at concurrency %d: %s"
+                        % (p["url"], run["concurrency"], run["stall"]))
     if result["failed"]:
         result["msg"] = "%d benchmark requests failed: %s" % (
             result["errors"], "; ".join(m for run in result["runs"] for m in run["error_messages"][:1]))

@@ -12,6 +12,7 @@ import http.client
 import json
 import shutil
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -253,6 +254,43 @@ def test_post_to_a_dead_server_is_retried_on_another(tmp_path):
             statuses = [call(gw, "/v1/chat/completions", ALICE, CHAT)[0] for _ in range(4)]
             assert statuses == [200] * 4
             assert len(alive.completions()) == 4
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_no_generation_rides_a_server_connection_the_engine_may_be_closing(tmp_path, tls):
+    """llama-server closes its connection right after each streamed answer (its headers say keep-alive) and
+    an idle one after 5 s; a request the gateway sends over it as it closes is lost (502, or the client's
+    connection closed unanswered; a POST is never retried). The engine
+    here drops every request that arrives on a connection it already answered on (the race, every time):
+    through the gateway each generation still succeeds, once, whether the client keeps its connection or
+    opens one per request. Before (http-reuse safe), every request after the first of a kept-alive client
+    was lost (its connection closed unanswered)."""
+    with StreamDouble(api_key=BACKEND_KEY, chunks=2, first_delay=0, interval=0, drop_reused=True) as double:
+        hostvars = {"n1": node_vars({"qwen": ("qwen", double.port, "llama.cpp")})}
+        with running_gateway(tmp_path, hostvars, gateway_tls=tls) as gw:
+            fresh = [call(gw, "/v1/chat/completions", ALICE, dict(CHAT, stream=True))[0] for _ in range(6)]
+            if tls:
+                conn = http.client.HTTPSConnection("127.0.0.1", gw["port"], timeout=30,
+                                                   context=ssl._create_unverified_context())  # noqa: S323
+            else:
+                conn = http.client.HTTPConnection("127.0.0.1", gw["port"], timeout=30)
+            kept = []
+            try:
+                for _ in range(6):
+                    try:
+                        conn.request("POST", "/v1/chat/completions", body=json.dumps(dict(CHAT, stream=True)),
+                                     headers={"Authorization": "Bearer " + ALICE})
+                        resp = conn.getresponse()
+                        resp.read()
+                        kept.append(resp.status)
+                    except (OSError, http.client.HTTPException) as exc:  # closed unanswered: lost too
+                        kept.append(type(exc).__name__)
+                        conn.close()
+            finally:
+                conn.close()
+            log = gw["log"].read_text()
+    assert fresh == [200] * 6 and kept == [200] * 6, (fresh, kept, log)
+    assert double.dropped == 0 and len(double.completions()) == 12, (double.dropped, log)
 
 
 # ---------------------------------------------------------------- routing by model, whatever the body size

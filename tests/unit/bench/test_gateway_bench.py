@@ -31,3 +31,22 @@ def test_goals_fail_when_chunks_are_held_and_bunched():
 def test_percentile():
     values = list(range(1, 101))
     assert (run.pct(values, 50), run.pct(values, 99), run.pct(values, 100)) == (51, 99, 100)
+
+
+def test_reliability_goal_fails_on_one_lost_generation_and_on_none_counted():
+    ok = {(way, conn, mode): (2000, {}, 60.0) for way in ("plain", "tls") for conn in run.CONNECTIONS
+          for mode in ("sequential", "concurrent")}
+    goals = run.reliability_goals(ok)
+    assert len(goals) == 2 and all(passed for _, passed in goals), goals
+    assert "0 of 16000" not in goals[0][0] and "0 of 8000" in goals[0][0]
+    lost = dict(ok)
+    lost[("tls", "new", "concurrent")] = (2000, {"HTTP 502": 1}, 60.0)
+    (plain, plain_ok), (tls, tls_ok) = run.reliability_goals(lost)
+    assert plain_ok and not tls_ok and "1 of 8000" in tls, tls
+    # nothing measured is no evidence: a way with no generation fails
+    empty = {key: (0, {}, 0.0) for key in ok}
+    assert not any(passed for _, passed in run.reliability_goals(empty))
+    # the direct control is printed, never a gateway goal
+    with_direct = dict(ok)
+    with_direct[("direct", "new", "sequential")] = (5, {"HTTP 502": 5}, 1.0)
+    assert all(passed for _, passed in run.reliability_goals(with_direct))

@@ -154,6 +154,69 @@ def test_timeouts_are_errors():
     assert run["error_messages"][0].startswith("timeout")
 
 
+# --- where a run's wall time went --------------------------------------------------------------------------
+
+def test_a_stall_after_the_last_token_is_flagged_and_placed():
+    """The demo's cold run: two sequential requests, 15.6 s of wall time, each with a short time to first
+    token and decode. The time a stream takes past its last token is recorded (tail_s) and the run says
+    where its unexplained wall time went; the same run without the stall is not flagged."""
+    runs = [{"prompt_tokens": 30, "max_tokens": 8, "concurrency": 1, "requests": 2}]
+    with FakeOpenAI(decode_tps=2000.0, prefill_tps=1e6, tail_s=1.5) as fake:
+        stalled = _bench(fake, runs, warmup_requests=0)["runs"][0]
+    with FakeOpenAI(decode_tps=2000.0, prefill_tps=1e6) as fake:
+        clean = _bench(fake, runs, warmup_requests=0)["runs"][0]
+    assert stalled["ok"] == 2 and stalled["ttft_s"]["max"] < 0.5
+    assert stalled["tail_s"]["mean"] == pytest.approx(1.5, abs=0.3)
+    assert stalled["unexplained_s"] == pytest.approx(3.0, abs=0.5) and stalled["idle_s"] < 0.3
+    assert "after the last tokens until the streams ended" in stalled["stall"], stalled["stall"]
+    assert clean["stall"] is None and clean["unexplained_s"] < 0.3 and clean["tail_s"]["max"] < 0.3
+
+
+def test_queue_and_connect_are_recorded_apart_from_the_time_to_first_token():
+    """A request left waiting for an HTTP worker or a slot: queue_s is that wait (request written to first
+    token, less the server's own prompt time); the time to first token still includes it, and a wait over
+    STALL_MIN_S is named."""
+    runs = [{"prompt_tokens": 200, "max_tokens": 4, "concurrency": 1, "requests": 2}]
+    with FakeOpenAI(decode_tps=2000.0, prefill_tps=1000.0, queue_s=1.2) as fake:
+        run = _bench(fake, runs, warmup_requests=0)["runs"][0]
+    assert run["queue_s"]["mean"] == pytest.approx(1.2, abs=0.2)
+    assert run["ttft_s"]["mean"] == pytest.approx(1.2 + 0.2, abs=0.25)       # the queue and 200 tokens
+    assert run["connect_s"]["max"] < 0.2
+    assert "spent 1.2 s queued at the server" in run["stall"] and "connecting" not in run["stall"], run
+    with FakeOpenAI(decode_tps=2000.0, prefill_tps=1000.0) as fake:
+        run = _bench(fake, runs, warmup_requests=0)["runs"][0]
+    assert run["queue_s"]["max"] < 0.2 and run["stall"] is None, run
+
+
+def _timed(start, first, last, end, ok=True):
+    return {"ok": ok, "t_start": start, "t_connected": start + 0.001, "t_sent": start + 0.002,
+            "t_headers": first, "t_first": first, "t_last": last, "t_end": end, "timings": None}
+
+
+def test_stall_check_counts_idle_time_and_overlaps_once():
+    # two requests in parallel, then 2 s with none in flight, then one more: 2 s unexplained, all idle
+    records = [_timed(0.0, 0.1, 1.0, 1.0), _timed(0.0, 0.2, 1.0, 1.0), _timed(3.0, 3.1, 4.0, 4.0)]
+    found = lb.stall_check(records, 4.0)
+    assert (found["unexplained_s"], found["idle_s"]) == (2.0, 2.0)
+    assert "2.0 s with no request in flight" in found["stall"]
+    # below both bounds (STALL_MIN_S and STALL_FRACTION of the wall time): not a stall
+    records[2] = _timed(1.5, 1.6, 10.0, 10.0)
+    found = lb.stall_check(records, 10.0)
+    assert found["unexplained_s"] == 0.5 and found["stall"] is None
+    # a failed request explains its time up to its end; a record without times (a crashed worker) none
+    found = lb.stall_check([_timed(0.0, None, None, 5.0, ok=False), {"ok": False, "error": "x"}], 5.0)
+    assert found["unexplained_s"] == 0.0 and found["stall"] is None
+
+
+def test_a_long_queue_is_a_stall_alone_but_not_behind_the_runs_own_requests():
+    waited = [_timed(0.0, 2.0, 3.0, 3.0), _timed(3.0, 3.1, 4.0, 4.0)]   # 2 s to the first token, no timings
+    assert "spent 2.0 s queued at the server" in lb.stall_check(waited, 4.0)["stall"]
+    # at concurrency 4 on 2 slots, a request waits for the run's own others: reported (queue_s), not a stall
+    assert lb.stall_check(waited, 4.0, concurrency=4)["stall"] is None
+    slow_connect = [dict(_timed(0.0, 2.0, 3.0, 3.0), t_connected=1.5)]
+    assert "spent 1.5 s connecting" in lb.stall_check(slow_connect, 3.0, concurrency=4)["stall"]
+
+
 def test_a_failed_warm_up_is_retried_for_calibration():
     with FakeOpenAI(decode_tps=2000.0, prefill_tps=1e6, fail_every=2) as fake:
         result = _bench(fake, [{"prompt_tokens": 40, "max_tokens": 2, "requests": 1}])
