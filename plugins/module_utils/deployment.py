@@ -77,8 +77,8 @@ SLOT_MODES = (("before.service", UNIT_MODE), ("before.env", ENV_MODE), ("previou
               ("previous.env", ENV_MODE), ("previous.json", RECORD_MODE), ("current.json", RECORD_MODE))
 LOCK = "lock.json"
 # A run's token: what the role passes (fleet_deployment_run); the holder: who that run is, for the messages.
-TOKEN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{7,127}")
-HOLDER_RE = re.compile(r"[^\x00-\x1f\x7f]{1,300}")
+TOKEN_RE = whole(r"[A-Za-z0-9][A-Za-z0-9._:-]{7,127}")
+HOLDER_RE = whole(r"[^\x00-\x1f\x7f]{1,300}")
 # How long a lock holds when the caller does not say (the role passes its health timeouts): after that
 # the run that took it counts as gone.
 LOCK_TIMEOUT = 3600

@@ -32,8 +32,8 @@ def test_gpus_get_the_host_driver_libraries_where_cuda_images_look():
     """As the NVIDIA runtime gives a GPU container the host's libcuda.so.1; a run without --gpus gets none."""
     shim = load_shim()
     assert shim.translate(["run", "--gpus", "all", "img"], "/usr/lib/llmops-test/driver") == [
-        "run", "-e", "NVIDIA_VISIBLE_DEVICES=all", "-v", "/usr/lib/llmops-test/driver:/usr/local/nvidia/lib64:ro",
-        "img"]
+        "run", "-e", "NVIDIA_VISIBLE_DEVICES=all",
+        "-v", "/usr/lib/llmops-test/driver:/usr/local/nvidia/lib64:ro", "img"]
     assert shim.translate(["run", "--rm", "img"], "/usr/lib/llmops-test/driver") == ["run", "--rm", "img"]
 
 

@@ -89,7 +89,8 @@ def test_cuda_without_archs_says_what_to_do():
 def test_static_always():
     """The shared-library mode is gone: static binaries whatever else is set."""
     for web_ui in (False, True):
-        assert args_dict(lb.cmake_args(cuda=True, archs=["89"], web_ui=web_ui)[0])["BUILD_SHARED_LIBS"] == "OFF"
+        args = lb.cmake_args(cuda=True, archs=["89"], web_ui=web_ui)[0]
+        assert args_dict(args)["BUILD_SHARED_LIBS"] == "OFF"
 
 
 def test_web_ui_off_fetches_nothing_and_on_uses_upstreams_download():
