@@ -21,25 +21,13 @@ import time
 from contextlib import contextmanager
 
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import DownloadError
+from ansible_collections.llmops.serving.plugins.module_utils.local_read import describe_inode
 
 __metaclass__ = type
 
 MIB = 1 << 20
 MAX_JSON = 16 * MIB
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-
-
-def describe_inode(st):
-    """What a non-regular (or multiply linked) inode is, in words."""
-    m = st.st_mode
-    for test, words in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                        (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
-        if test(m):
-            return words
-    if stat.S_ISREG(m) and st.st_nlink > 1:
-        return "a hard link (one of %d names of a file)" % st.st_nlink
-    return "not a regular file"
 
 
 def foreign_error(path, st):

@@ -119,7 +119,7 @@ def _run(module):
     token = p["token"]
     try:
         if p["path"]:
-            summary, shards = safetensors.local_summary(p["path"], memory_plan_vllm.vllm_model_summary)
+            summary, shards = safetensors.local_summary(p["path"], memory_plan_vllm.vllm_summary)
             result = {"vllm": summary, "shards": shards, "commit": None, "remote": None}
         else:
             result = safetensors_remote.remote_summary(p, p["allow_patterns"], p["ignore_patterns"])

@@ -98,7 +98,7 @@ def test_a_link_or_fifo_is_never_read(tmp_path, repo_dir):
 
 def test_remote_summary_is_the_local_one_read_with_two_ranges_per_shard(hub, repo_dir):
     r = sr.remote_summary(params(hub))
-    local, shards = st.local_summary(str(repo_dir), mp.vllm_model_summary)
+    local, shards = st.local_summary(str(repo_dir), mp.vllm_summary)
     assert dict(r["vllm"], model_dir=None) == dict(local, model_dir=None)
     assert [dict(s) for s in r["shards"]] == [dict(s, name=s["name"]) for s in shards]
     assert r["commit"] == hub.commit(REPO) and r["remote"]["revision"] == r["commit"]
@@ -109,7 +109,7 @@ def test_remote_summary_is_the_local_one_read_with_two_ranges_per_shard(hub, rep
     # nothing but headers: every shard body byte the hub sent is a header byte (or its length)
     sent = sum(e["body_bytes"] for e in ranged)
     assert sent == r["remote"]["bytes_read"] <= sum(8 + s["header_bytes"] + 16 for s in r["shards"])
-    assert r["remote"]["requests"] == 3 + 2 * len(SHARDS)  # revision, tree, config.json, 2 per shard
+    assert r["remote"]["requests"] == 4 + 2 * len(SHARDS)  # revision, tree, config.json, index, 2 per shard
 
 
 def test_remote_plan_before_the_download_equals_the_plan_after_it(hub, repo_dir):
@@ -138,7 +138,8 @@ def test_server_ignoring_range_is_refused_without_reading_the_shard(hub):
         sr.remote_summary(params(hub))
     # refused at the first answer (a 200 with the whole shard), its body never read, nothing asked again
     time.sleep(0.5)  # the hub logs a response once it has sent it
-    assert [e["range"] for e in hub.requests() if e["path"].startswith("/cdn/")] == ["bytes=0-7"]
+    assert [e["range"] for e in hub.requests()
+            if e["path"].startswith("/cdn/") and e["path"].endswith(".safetensors")] == ["bytes=0-7"]
 
 
 def test_config_that_does_not_match_the_listing_is_refused(hub):

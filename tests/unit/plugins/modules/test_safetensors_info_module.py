@@ -37,7 +37,7 @@ def test_local_and_remote_give_the_same_summary(tmp_path, hub):
     assert dict(local["vllm"], model_dir=None) == dict(remote["vllm"], model_dir=None)
     assert local["vllm"]["num_hidden_layers"] == 4
     assert local["vllm"]["architectures"] == ["Qwen3_5ForConditionalGeneration"]
-    assert remote["commit"] == hub.commit(checkpoint.REPO) and remote["remote"]["requests"] == 7
+    assert remote["commit"] == hub.commit(checkpoint.REPO) and remote["remote"]["requests"] == 8
     assert not local["changed"] and not remote["changed"]
 
 
