@@ -29,6 +29,8 @@ import json
 import os
 import re
 
+from ansible_collections.llmops.serving.plugins.module_utils import local_read
+
 PROTOCOLS = ("tcp", "udp", "sctp", "dccp")
 _PORT_RE = re.compile(r"^([0-9]{1,5})(?:-([0-9]{1,5}))?(?:/([a-z]+))?$")
 _ATTR_RE = re.compile(r'([a-z]+)="([^"]*)"')
@@ -175,8 +177,7 @@ def shadowing_warnings(wanted, runtime, recorded):
 def read_record(path):
     """{'zone': str, 'rules': [keys]} of the owner's record; an empty one when there is none."""
     try:
-        with open(path) as handle:
-            data = json.load(handle)
+        data = local_read.read_json(path, local_read.MIB)  # never blocks on a FIFO nor reads /dev/zero
     except (IOError, OSError, ValueError):
         return dict(zone="", rules=[])
     rules = [tuple(r) for r in data.get("rules", []) if isinstance(r, list) and len(r) == 3]

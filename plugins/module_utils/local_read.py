@@ -56,6 +56,10 @@ def describe_inode(st):
     return "not a regular file"
 
 
+def _named(what, path):
+    return "%s %s" % (what, path) if what else path
+
+
 def _refusal(path, st, what):
     target = ""
     if stat.S_ISLNK(st.st_mode):
@@ -63,26 +67,27 @@ def _refusal(path, st, what):
             target = " (to %s)" % os.readlink(path)
         except OSError:
             pass
-    return LocalReadError("%s %s is %s%s, not a regular file: refusing to read it (a link, pipe or device "
-                          "there could make the read hang or never end). Put the real file there"
-                          % (what, path, describe_inode(st), target), errno.EINVAL)
+    return LocalReadError("%s is %s%s, not a regular file: refusing to read it (a link, pipe or device there "
+                          "could make the read hang or never end). Put the real file there"
+                          % (_named(what, path), describe_inode(st), target), errno.EINVAL)
 
 
-def read_bytes(path, max_bytes, what="the file", follow=False):
+def read_bytes(path, max_bytes, what="", follow=False):
     """The bytes of the regular file ``path``, at most ``max_bytes`` of them; LocalReadError otherwise.
     ``what`` names the file in messages ("config.json of the model"); ``follow``: a symbolic link as last
     component is followed (its target must still be a regular file)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         try:
             st = os.lstat(path)
         except (OSError, ValueError):
             st = None
         if st is not None and not follow and stat.S_ISLNK(st.st_mode):
             raise _refusal(path, st, what) from None
-        raise LocalReadError("cannot read %s %s: %s" % (what, path, getattr(exc, "strerror", None) or exc),
+        reason = getattr(exc, "strerror", None) or exc
+        raise LocalReadError("cannot read %s: %s" % (_named(what, path), reason),
                              getattr(exc, "errno", None)) from None
     try:
         st = os.fstat(fd)
@@ -94,7 +99,7 @@ def read_bytes(path, max_bytes, what="the file", follow=False):
         fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
         chunks, total = [], 0
         while total <= max_bytes:
-            chunk = os.read(fd, max_bytes + 1 - total)
+            chunk = os.read(fd, min(max_bytes + 1 - total, MIB))
             if not chunk:
                 break
             chunks.append(chunk)
@@ -102,7 +107,8 @@ def read_bytes(path, max_bytes, what="the file", follow=False):
     except OSError as exc:
         if isinstance(exc, LocalReadError):
             raise
-        raise LocalReadError("cannot read %s %s: %s" % (what, path, exc.strerror or exc), exc.errno) from None
+        raise LocalReadError("cannot read %s: %s" % (_named(what, path), exc.strerror or exc), exc.errno) \
+            from None
     finally:
         os.close(fd)
     if total > max_bytes:
@@ -111,25 +117,25 @@ def read_bytes(path, max_bytes, what="the file", follow=False):
 
 
 def _too_large(path, what, max_bytes, how):
-    return LocalReadError("%s %s %s, over the limit of %d bytes for it: not the file it should be (remove or "
-                          "replace it)" % (what, path, how, max_bytes), errno.EFBIG)
+    return LocalReadError("%s %s, over the limit of %d bytes for it: not the file it should be (remove or "
+                          "replace it)" % (_named(what, path), how, max_bytes), errno.EFBIG)
 
 
-def read_text(path, max_bytes, what="the file", follow=False):
+def read_text(path, max_bytes, what="", follow=False):
     """read_bytes() as UTF-8 text; bytes that are not UTF-8 are refused (LocalReadError naming the file)."""
     raw = read_bytes(path, max_bytes, what, follow)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise LocalReadError("%s %s is not UTF-8 text (byte %d is 0x%02x): not the file it should be"
-                             % (what, path, exc.start, raw[exc.start]), errno.EILSEQ) from None
+        raise LocalReadError("%s is not UTF-8 text (byte %d is 0x%02x): not the file it should be"
+                             % (_named(what, path), exc.start, raw[exc.start]), errno.EILSEQ) from None
 
 
-def read_json(path, max_bytes, what="the file", follow=False):
+def read_json(path, max_bytes, what="", follow=False):
     """The JSON document in ``path`` (read_text()); LocalReadError when it is not JSON."""
     text = read_text(path, max_bytes, what, follow)
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
         detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
-        raise LocalReadError("%s %s is not JSON (%s)" % (what, path, detail), errno.EINVAL) from None
+        raise LocalReadError("%s is not JSON (%s)" % (_named(what, path), detail), errno.EINVAL) from None
