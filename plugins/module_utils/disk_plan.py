@@ -46,7 +46,7 @@ def parse_size(value):
         number, unit, binary = float(match.group(1)), match.group(2).upper(), match.group(3)
         power = "KMGT".index(unit) + 1 if unit else 0
         size = number * ((1024 if binary else 1000) ** power)
-    if isinstance(size, float) and not math.isfinite(size):
+    if isinstance(value, float) and not math.isfinite(value):
         raise DiskError("size %s is not a number of bytes: write bytes or a number with K, M, G, T"
                         % brief(value))
     if size > MAX_SIZE:
