@@ -60,16 +60,21 @@ def _named(what, path):
     return "%s %s" % (what, path) if what else path
 
 
-def _refusal(path, st, what):
+def describe_path(path, st):
+    """describe_inode(), with a symbolic link's target: "a symbolic link (to /dev/zero)"."""
     target = ""
     if stat.S_ISLNK(st.st_mode):
         try:
             target = " (to %s)" % os.readlink(path)
         except OSError:
             pass
-    return LocalReadError("%s is %s%s, not a regular file: refusing to read it (a link, pipe or device there "
+    return describe_inode(st) + target
+
+
+def _refusal(path, st, what):
+    return LocalReadError("%s is %s, not a regular file: refusing to read it (a link, pipe or device there "
                           "could make the read hang or never end). Put the real file there"
-                          % (_named(what, path), describe_inode(st), target), errno.EINVAL)
+                          % (_named(what, path), describe_path(path, st)), errno.EINVAL)
 
 
 def read_bytes(path, max_bytes, what="", follow=False):

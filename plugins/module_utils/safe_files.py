@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import DownloadError
-from ansible_collections.llmops.serving.plugins.module_utils.local_read import describe_inode
+from ansible_collections.llmops.serving.plugins.module_utils.local_read import describe_path
 
 __metaclass__ = type
 
@@ -31,16 +31,10 @@ O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def foreign_error(path, st):
-    target = ""
-    if stat.S_ISLNK(st.st_mode):
-        try:
-            target = " (to %s)" % os.readlink(path)
-        except OSError:
-            pass
     return DownloadError(
-        "%s is %s%s, not a file model_download wrote: refusing to follow, open or replace it (a link or "
+        "%s is %s, not a file model_download wrote: refusing to follow, open or replace it (a link or "
         "pipe planted there could make root write elsewhere or hang). Remove it (after checking who put it "
-        "there) and rerun" % (path, describe_inode(st), target), foreign_path=path)
+        "there) and rerun" % (path, describe_path(path, st)), foreign_path=path)
 
 
 def check_own_path(path, single_link=False):
