@@ -18,12 +18,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import math
 import os
 import re
 
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import brief
 from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 
 GIB = 1024 ** 3
+MAX_SIZE = 2 ** 63 - 1    # the largest file size (off_t)
 _SIZE_RE = whole(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?)B?\s*", re.I)
 
 
@@ -32,16 +35,25 @@ class DiskError(Exception):
 
 
 def parse_size(value):
-    """Bytes of 123, '10G' (ccache: G = 1e9), '10GiB', '3.5 GiB', '500M'."""
+    """Bytes of 123, '10G' (ccache: G = 1e9), '10GiB', '3.5 GiB', '500M'; DiskError for anything else,
+    NaN, infinity and sizes over MAX_SIZE included (they ended in a traceback: issue 34)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
-    match = _SIZE_RE.match(str(value))
-    if not match:
-        raise DiskError("size %r: write bytes or a number with K, M, G, T (decimal) or Ki, Mi, Gi, Ti"
-                        % (value,))
-    number, unit, binary = float(match.group(1)), match.group(2).upper(), match.group(3)
-    power = "KMGT".index(unit) + 1 if unit else 0
-    return int(number * ((1024 if binary else 1000) ** power))
+        size = value
+    else:
+        match = _SIZE_RE.match(str(value))
+        if not match:
+            raise DiskError("size %s: write bytes or a number with K, M, G, T (decimal) or Ki, Mi, Gi, Ti"
+                            % brief(value))
+        number, unit, binary = float(match.group(1)), match.group(2).upper(), match.group(3)
+        power = "KMGT".index(unit) + 1 if unit else 0
+        size = number * ((1024 if binary else 1000) ** power)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise DiskError("size %s is not a number of bytes: write bytes or a number with K, M, G, T"
+                        % brief(value))
+    if size > MAX_SIZE:
+        raise DiskError("size %s is over 8 EiB, more than any file or disk holds: write the size in bytes "
+                        "(or with K, M, G, T)" % brief(value))
+    return int(size)
 
 
 def human(size):

@@ -39,6 +39,7 @@ import json
 import os
 import re
 
+from ansible_collections.llmops.serving.plugins.module_utils import local_read
 from ansible_collections.llmops.serving.plugins.module_utils.bounded_run import run_bounded
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import brief
 from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
@@ -217,8 +218,7 @@ def load_record_file(path):
     """The parsed JSON of a record file; None when there is none. (IOError, OSError, ValueError) otherwise."""
     if not os.path.lexists(path):
         return None
-    with open(path) as handle:
-        return json.load(handle)
+    return local_read.read_json(path, local_read.MIB)  # never blocks on a FIFO nor reads /dev/zero
 
 
 def _record_rule(item):

@@ -17,9 +17,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
+import math
 import os
 import re
 
+from ansible_collections.llmops.serving.plugins.module_utils.local_read import read_text
 from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 
 NVIDIA_VENDOR = "10de"
@@ -37,6 +40,10 @@ PCI_PRODUCTS = {
     "26ba": "L20",
 }
 
+# A sysfs attribute is at most one page (the kernel's show() fills a PAGE_SIZE buffer; stat says 4096).
+SYSFS_MAX_BYTES = 4096
+# More NVIDIA GPUs than any box holds: bounds llmops_gpu_expected.count.
+MAX_GPUS = 1024
 _HEX_RE = whole(r"(?:0x)?([0-9a-fA-F]+)")
 _DEVICE_ID_RE = whole(r"(?:(?:0x)?([0-9a-fA-F]{4})[:.])?(?:0x)?([0-9a-fA-F]{4})")
 
@@ -46,11 +53,15 @@ class PciError(Exception):
 
 
 def _read(path):
+    """The text of a sysfs attribute, '' when the function has no such file. Anything but a small regular
+    UTF-8 file there (a FIFO, a link to /dev/zero, bytes that are not text) is not a kernel attribute:
+    PciError naming it (local_read: never blocks, never reads past SYSFS_MAX_BYTES)."""
     try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except (IOError, OSError):
-        return ""
+        return read_text(path, SYSFS_MAX_BYTES, "the PCI attribute").strip()
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return ""
+        raise PciError(str(exc)) from None
 
 
 def _hex(text, width):
@@ -126,19 +137,31 @@ def normal_expected(expected):
                        % ", ".join(unknown))
     count = expected.get("count")
     if count is not None:
-        try:
-            count = int(count)
-        except (TypeError, ValueError):
-            count = -1
-        if count < 0:
-            raise PciError("llmops_gpu_expected.count must be a number of GPUs (0 or more), got %r"
-                           % (expected.get("count"),))
+        count = _gpu_count(count)
     names = expected.get("names") or []
     ids = expected.get("device_ids") or []
-    if isinstance(names, str) or isinstance(ids, str):
-        raise PciError("llmops_gpu_expected.names and .device_ids are lists, e.g. names: [L20]")
+    for key, value in (("names", names), ("device_ids", ids)):
+        if not isinstance(value, list) or not all(isinstance(v, (str, int)) and not isinstance(v, bool)
+                                                  for v in value):
+            raise PciError("llmops_gpu_expected.names and .device_ids are lists, e.g. names: [L20] and "
+                           "device_ids: ['10de:26ba']; %s is %r" % (key, value))
     return dict(count=count, names=[_normal_name(n) for n in names],
                 device_ids=[normal_device_id(i) for i in ids])
+
+
+def _gpu_count(value):
+    """llmops_gpu_expected.count as a whole number from 0 to MAX_GPUS (4, 4.0 or "4"); PciError otherwise."""
+    count = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        count = value
+    elif isinstance(value, float) and math.isfinite(value) and value == int(value):
+        count = int(value)
+    elif isinstance(value, str) and re.match(r"\s*[0-9]{1,6}\s*\Z", value):
+        count = int(value)
+    if count is None or not 0 <= count <= MAX_GPUS:
+        raise PciError("llmops_gpu_expected.count must be a number of GPUs (a whole number from 0 to %d), "
+                       "got %r" % (MAX_GPUS, value))
+    return count
 
 
 def describe(gpu):

@@ -19,7 +19,15 @@ __metaclass__ = type
 import json
 import os
 
-from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_checks import check_model_numbers
+from ansible_collections.llmops.serving.plugins.module_utils import safetensors
+from ansible_collections.llmops.serving.plugins.module_utils.gguf import DEFAULT_LIMITS
+from ansible_collections.llmops.serving.plugins.module_utils.local_read import LocalReadError
+from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_checks import (
+    MAX_CTX,
+    InputError,
+    check_model_numbers,
+    number,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_common import (
     MIB,
     PlanError,
@@ -48,63 +56,95 @@ ATTENTION_LAYER_TYPES = ("full_attention", "attention", "sliding_attention")
 # Online quantization of a 16-bit checkpoint (quantization: fp8 / int8 ... with no quantization_config in
 # the checkpoint): the linear weights go to one byte per parameter, norms and embeddings stay 16-bit.
 ONLINE_8BIT = ("fp8", "int8", "fbgemm_fp8", "experts_int8", "ptpc_fp8")
+# The counts of config.json the summary reads or sizes a list by, and the most each may be: per-layer
+# structures are bounded like a GGUF's blocks (gguf's max_block_count, 4096; llama.cpp loads at most 512),
+# the others far above any real model (hidden 16,384 and 53,248 intermediate for Llama 3.1 405B, 262,144
+# tokens of vocabulary for Gemma 3, 512 experts for Qwen3-Next, 10M positions for Llama 4 Scout).
+MAX_LAYERS = DEFAULT_LIMITS["max_block_count"]
+CONFIG_RANGES = {
+    "num_hidden_layers": MAX_LAYERS, "mtp_num_hidden_layers": MAX_LAYERS,
+    "num_nextn_predict_layers": MAX_LAYERS, "full_attention_interval": MAX_LAYERS,
+    "num_attention_heads": 1 << 16, "num_key_value_heads": 1 << 16, "head_dim": 1 << 16,
+    "hidden_size": 1 << 20, "intermediate_size": 1 << 22, "moe_intermediate_size": 1 << 22,
+    "vocab_size": 1 << 24, "max_position_embeddings": MAX_CTX,
+    "num_experts": 1 << 14, "num_local_experts": 1 << 14, "n_routed_experts": 1 << 14,
+    "num_experts_per_tok": 1 << 14, "n_shared_experts": 1 << 14,
+}
 
 
 def vllm_model_summary(model_dir):
     """What the vLLM planner needs from an HF model directory: config.json (the text_config of a
-    multimodal Qwen3.5/3.6 config wins) and the bytes of its top-level *.safetensors files."""
+    multimodal Qwen3.5/3.6 config wins) and the bytes of the *.safetensors files vLLM loads (those the shard
+    index names when there is one: safetensors.select_weights). Both files are read with local_read's
+    bounds: a FIFO, a link or a device there is refused, not waited on."""
     path = os.path.join(model_dir, "config.json")
     try:
-        with open(path) as f:
-            config = json.load(f)
-    except (IOError, OSError, ValueError) as exc:
-        raise PlanError("cannot read %s: %s" % (path, exc)) from None
-    weights = 0
-    for name in sorted(os.listdir(model_dir)):
-        if name.endswith(".safetensors"):
-            weights += os.path.getsize(os.path.join(model_dir, name))
-    return vllm_summary(config, weights, model_dir, path)
+        config, files, note = safetensors.local_model(model_dir)
+        weights = sum(os.stat(os.path.join(model_dir, name)).st_size for name in files)
+    except safetensors.SafetensorsError as exc:
+        raise PlanError(str(exc)) from None
+    except LocalReadError as exc:
+        raise PlanError(str(exc)) from None
+    except OSError as exc:
+        raise PlanError("cannot read %s: %s" % (model_dir, exc)) from None
+    return vllm_summary(config, weights, model_dir, path, note)
 
 
-def vllm_summary(config, weights, model_dir, where="config.json"):
+def _config_number(cfg, key, where):
+    """A count of config.json, whole and within CONFIG_RANGES (0 when absent)."""
+    value = cfg.get(key)
+    if value is None or value == "" or value is False:
+        return 0
+    try:
+        return number(value, "%s: %s" % (where, key), 0, CONFIG_RANGES[key], True)
+    except InputError as exc:
+        raise PlanError("%s (not a real model's config: fix or re-download config.json)" % exc) from None
+
+
+def vllm_summary(config, weights, model_dir, where="config.json", weights_note=None):
     """vllm_model_summary() from what it reads: the parsed config.json and the bytes of the *.safetensors
-    files (safetensors_info gives them from the hub's listing and headers before anything is downloaded)."""
+    files (safetensors_info gives them from the hub's listing and headers before anything is downloaded).
+    Every count is checked against CONFIG_RANGES before anything is sized by it (issue 34: 30,000,000
+    layers built a 540 MB list). ``weights_note``: which files were counted (safetensors.select_weights)."""
     if not isinstance(config, dict):
         raise PlanError("%s is not a JSON object" % where)
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     cfg = dict(config)
     cfg.update(text)
-    layers = int(cfg.get("num_hidden_layers") or 0)
-    heads = int(cfg.get("num_attention_heads") or 0)
-    hidden = int(cfg.get("hidden_size") or 0)
+    n = dict((key, _config_number(cfg, key, where)) for key in CONFIG_RANGES)
+    layers = n["num_hidden_layers"]
+    heads = n["num_attention_heads"]
+    hidden = n["hidden_size"]
     kinds = cfg.get("layer_types")
-    if not isinstance(kinds, list) or len(kinds) != layers:
-        interval = cfg.get("full_attention_interval")
+    if not isinstance(kinds, list) or len(kinds) != layers or not all(isinstance(k, str) for k in kinds):
+        interval = n["full_attention_interval"]
         if interval:
-            kinds = ["full_attention" if (i + 1) % int(interval) == 0 else "linear_attention"
+            kinds = ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
                      for i in range(layers)]
         else:
             kinds = ["full_attention"] * layers
-    return {
+    summary = {
         "model_dir": model_dir,
         "architectures": cfg.get("architectures") or config.get("architectures"),
         "model_type": cfg.get("model_type"),
         "num_hidden_layers": layers, "hidden_size": hidden,
-        "intermediate_size": int(cfg.get("intermediate_size") or 0),
+        "intermediate_size": n["intermediate_size"],
         "num_attention_heads": heads,
-        "num_key_value_heads": int(cfg.get("num_key_value_heads") or heads),
-        "head_dim": int(cfg.get("head_dim") or (hidden // heads if heads else 0)),
+        "num_key_value_heads": n["num_key_value_heads"] or heads,
+        "head_dim": n["head_dim"] or (hidden // heads if heads else 0),
         "layer_types": kinds,
         "full_attention_layers": sum(1 for k in kinds if k in ATTENTION_LAYER_TYPES),
         "linear_attention_layers": sum(1 for k in kinds if k == "linear_attention"),
         "linear": dict((k[len("linear_"):], cfg[k]) for k in cfg if k.startswith("linear_")),
-        "mtp_layers": int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0),
-        "vocab_size": int(cfg.get("vocab_size") or 0),
-        "max_position_embeddings": int(cfg.get("max_position_embeddings") or 0),
+        "mtp_layers": n["mtp_num_hidden_layers"] or n["num_nextn_predict_layers"],
+        "vocab_size": n["vocab_size"],
+        "max_position_embeddings": n["max_position_embeddings"],
         "dtype": str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
         "quantization_config": config.get("quantization_config") or cfg.get("quantization_config"),
         "weights_bytes": weights,
     }
+    summary.update(weights_note or {})
+    return summary
 
 
 def _spec_tokens(settings):

@@ -21,6 +21,7 @@ import time
 from contextlib import contextmanager
 
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import DownloadError
+from ansible_collections.llmops.serving.plugins.module_utils.local_read import describe_path
 
 __metaclass__ = type
 
@@ -29,30 +30,11 @@ MAX_JSON = 16 * MIB
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-def describe_inode(st):
-    """What a non-regular (or multiply linked) inode is, in words."""
-    m = st.st_mode
-    for test, words in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                        (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
-        if test(m):
-            return words
-    if stat.S_ISREG(m) and st.st_nlink > 1:
-        return "a hard link (one of %d names of a file)" % st.st_nlink
-    return "not a regular file"
-
-
 def foreign_error(path, st):
-    target = ""
-    if stat.S_ISLNK(st.st_mode):
-        try:
-            target = " (to %s)" % os.readlink(path)
-        except OSError:
-            pass
     return DownloadError(
-        "%s is %s%s, not a file model_download wrote: refusing to follow, open or replace it (a link or "
+        "%s is %s, not a file model_download wrote: refusing to follow, open or replace it (a link or "
         "pipe planted there could make root write elsewhere or hang). Remove it (after checking who put it "
-        "there) and rerun" % (path, describe_inode(st), target), foreign_path=path)
+        "there) and rerun" % (path, describe_path(path, st)), foreign_path=path)
 
 
 def check_own_path(path, single_link=False):

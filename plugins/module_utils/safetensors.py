@@ -22,11 +22,17 @@ import os
 import stat
 import struct
 
+from ansible_collections.llmops.serving.plugins.module_utils import local_read
+
 __metaclass__ = type
 
 MIB = 1 << 20
 # safetensors itself refuses headers over 100,000,000 bytes; a real model's are a few hundred KB to a few MB.
 MAX_HEADER_BYTES = 16 * MIB
+# config.json is a few KB; model.safetensors.index.json lists every tensor (DeepSeek-V3's: 91k tensors, 9 MB).
+CONFIG_MAX_BYTES = 4 * MIB
+INDEX_MAX_BYTES = 64 * MIB
+INDEX_NAME = "model.safetensors.index.json"
 MAX_DIMS = 8
 # dtype -> bits per element (safetensors' Dtype, sub-byte float types included)
 DTYPE_BITS = {
@@ -140,14 +146,76 @@ def is_weights(name):
     return "/" not in name and name.endswith(".safetensors")
 
 
+def index_shards(doc, where):
+    """The shard names of a parsed ``model.safetensors.index.json`` (the values of its ``weight_map``),
+    sorted; SafetensorsError when it is not an index of top-level *.safetensors shards."""
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise SafetensorsError("%s has no weight_map (tensor name -> shard file): not a safetensors index"
+                               % where)
+    shards = set()
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str) or not is_weights(shard):
+            raise SafetensorsError("%s: tensor %s is in %r, not a *.safetensors file of the model directory"
+                                   % (where, str(tensor)[:200], shard if not isinstance(shard, str)
+                                      else shard[:200]))
+        shards.add(shard)
+    return sorted(shards)
+
+
+def select_weights(names, index_doc, where):
+    """(the weight files vLLM loads, what the summary says of them) among the directory's top-level
+    ``names``. vLLM (weight_utils.filter_duplicate_safetensors_files) loads only the shards
+    ``model.safetensors.index.json`` names when there is one: a consolidated copy beside the shards (Mistral's
+    ``consolidated.safetensors``) is not loaded, so it is not counted; every shard the index names must be
+    there. Without an index every top-level *.safetensors is loaded and counted."""
+    weights = sorted(n for n in names if is_weights(n))
+    if index_doc is None:
+        return weights, {"weights_index": None, "weights_files": weights, "weights_ignored": []}
+    named = index_shards(index_doc, where)
+    present = set(names)
+    missing = [n for n in named if n not in present]
+    if missing:
+        raise SafetensorsError("%s names %d shard(s) the model does not have: %s. An incomplete download: "
+                               "fetch the model again (model_snapshot), or select every shard with the "
+                               "patterns" % (where, len(missing), ", ".join(missing[:10])
+                                             + (" ..." if len(missing) > 10 else "")))
+    return named, {"weights_index": INDEX_NAME, "weights_files": named,
+                   "weights_ignored": [n for n in weights if n not in set(named)]}
+
+
+def local_model(model_dir):
+    """(config.json parsed, the weight files, select_weights()'s note) of a local model directory: the
+    config and the index read with local_read's bounds (regular files only, never a link, FIFO or device,
+    at most CONFIG_MAX_BYTES / INDEX_MAX_BYTES)."""
+    try:
+        names = os.listdir(model_dir)
+    except OSError as exc:
+        raise local_read.LocalReadError("cannot read the model directory %s: %s"
+                                        % (model_dir, exc.strerror or exc), exc.errno) from None
+    config = local_read.read_json(os.path.join(model_dir, "config.json"), CONFIG_MAX_BYTES,
+                                  "the model's config.json")
+    index = None
+    if INDEX_NAME in names:
+        path = os.path.join(model_dir, INDEX_NAME)
+        index = local_read.read_json(path, INDEX_MAX_BYTES, "the model's shard index")
+        index = index if index is not None else {}
+        where = path
+    else:
+        where = model_dir
+    files, note = select_weights(names, index, where)
+    return config, files, note
+
+
 def local_summary(model_dir, vllm_summary):
-    """(the vLLM summary, per-shard header summaries) of a local model directory: config.json and every
-    top-level *.safetensors header checked."""
-    summary = vllm_summary(model_dir)
+    """(the vLLM summary, per-shard header summaries) of a local model directory: config.json and the header
+    of every weight file vLLM loads (select_weights) checked; ``vllm_summary``: memory_plan_vllm's."""
+    config, files, note = local_model(model_dir)
     shards = []
-    for name in sorted(os.listdir(model_dir)):
-        if is_weights(name):
-            info = read_local(os.path.join(model_dir, name))
-            info["name"] = name
-            shards.append(info)
+    for name in files:
+        info = read_local(os.path.join(model_dir, name))
+        info["name"] = name
+        shards.append(info)
+    summary = vllm_summary(config, sum(s["size"] for s in shards), model_dir,
+                           os.path.join(model_dir, "config.json"), note)
     return summary, shards

@@ -10,7 +10,9 @@ before anything is fetched, as gguf_remote does for a GGUF.
   resolution, bounds and hostile-path refusals), filtered by the same allow/ignore patterns, so the plan is
   made for exactly the files model_snapshot will fetch.
 * ``config.json`` is fetched from ``/resolve/<commit>/`` (at most 4 MiB) and checked against the listing's
-  checksum (git blob id or sha256) before it is parsed.
+  checksum (git blob id or sha256) before it is parsed; so is ``model.safetensors.index.json`` when the
+  listing has one (at most 64 MiB): then only the shards it names are read and counted, as vLLM loads only
+  those (safetensors.select_weights), and a shard it names that the listing lacks is refused.
 * Each top-level ``*.safetensors`` shard: two HTTP Range requests, the 8-byte header length, then the
   header (at most ``safetensors.MAX_HEADER_BYTES``), read through gguf_remote's range reader (a server that
   ignores Range is refused without reading the body; the size comes from Content-Range and must equal the
@@ -56,8 +58,6 @@ from ansible_collections.llmops.serving.plugins.module_utils.snapshot_listing im
 
 __metaclass__ = type
 
-MIB = 1 << 20
-CONFIG_MAX_BYTES = 4 * MIB
 REMOTE_OPTIONS = ("source", "repo", "revision", "endpoint", "token", "validate_certs", "timeout", "retries",
                   "retry_delay")
 # download_options.normalize() checks a destination; this module writes nothing, the path is never used.
@@ -83,27 +83,29 @@ def _options(params):
     return normalize(dict(given, filename=MANIFEST_NAME, dest=NO_DEST))
 
 
-def _config(o, session, rev, entry, name):
-    url = resolve_url(o, "config.json", rev)
+def _small_json(o, session, rev, entry, name, max_bytes):
+    """The JSON document of a small file of the listing (config.json, the shard index): one GET of at most
+    ``max_bytes``, checked against the listing's size and checksum before it is parsed."""
+    label = "%s of %s" % (entry.path, name)
+    url = resolve_url(o, entry.path, rev)
 
     def get():
         resp, final = session.request("GET", url, auth_origin=o["auth_origin"])
         if resp.status != 200:
-            raise status_error(resp, url, "GET config.json of %s" % o["repo"])
-        refuse_html(resp, "config.json", final)
-        return read_capped(resp, Budget(CONFIG_MAX_BYTES, 1), session, "config.json of %s" % name)
-    body = with_retries(get, o["retries"], o["retry_delay"], "config.json of %s" % name)
+            raise status_error(resp, url, "GET %s of %s" % (entry.path, o["repo"]))
+        refuse_html(resp, entry.path, final)
+        return read_capped(resp, Budget(max_bytes, 1), session, label)
+    body = with_retries(get, o["retries"], o["retry_delay"], label)
     if len(body) != entry.size:
-        raise DownloadError("config.json of %s: %d bytes, the listing says %d"
-                            % (name, len(body), entry.size))
+        raise DownloadError("%s: %d bytes, the listing says %d" % (label, len(body), entry.size))
     if entry.sha256 and hashlib.sha256(body).hexdigest() != entry.sha256:
-        raise DownloadError("config.json of %s does not match the listing's sha256: refused" % name)
+        raise DownloadError("%s does not match the listing's sha256: refused" % label)
     if entry.git_sha1 and hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest() != entry.git_sha1:
-        raise DownloadError("config.json of %s does not match the listing's git blob id: refused" % name)
+        raise DownloadError("%s does not match the listing's git blob id: refused" % label)
     try:
         return json.loads(body.decode("utf-8"))
     except (ValueError, RecursionError, UnicodeDecodeError):
-        raise DownloadError("config.json of %s is not JSON" % name) from None
+        raise DownloadError("%s is not JSON" % label) from None
 
 
 def _shard(o, reader, rev, f, name):
@@ -139,13 +141,19 @@ def remote_summary(params, allow=None, ignore=None, model_dir=None):
         if "config.json" not in by_path:
             raise DownloadError("%s at %s has no config.json (among the files the patterns select): not a "
                                 "model vLLM can load" % (o["repo"], rev))
-        config = _config(o, session, rev, by_path["config.json"], name)
-        shards = [_shard(o, reader, rev, f, name) for f in sorted(files, key=lambda x: x.path)
-                  if safetensors.is_weights(f.path)]
+        config = _small_json(o, session, rev, by_path["config.json"], name, safetensors.CONFIG_MAX_BYTES)
+        index = None
+        if safetensors.INDEX_NAME in by_path:
+            index = _small_json(o, session, rev, by_path[safetensors.INDEX_NAME], name,
+                                safetensors.INDEX_MAX_BYTES)
+            index = {} if index is None else index
+        weights, note = safetensors.select_weights(list(by_path), index, "%s of %s" % (safetensors.INDEX_NAME,
+                                                                                       name))
+        shards = [_shard(o, reader, rev, by_path[w], name) for w in weights]
     finally:
         session.close()
     where = model_dir or "%s/%s at %s" % (redact_url(o["endpoint"]), o["repo"], rev)
-    summary = vllm_summary(config, sum(s["size"] for s in shards), where, "config.json of %s" % name)
+    summary = vllm_summary(config, sum(s["size"] for s in shards), where, "config.json of %s" % name, note)
     return {"vllm": summary, "shards": shards, "commit": commit,
             "remote": {"url": "%s/%s" % (redact_url(o["endpoint"]), o["repo"]), "revision": rev,
                        "bytes_read": reader.bytes_read, "requests": session.requests}}

@@ -20,7 +20,10 @@ Plain Python 3.6, standard library only.
 """
 from __future__ import absolute_import, division, print_function
 
+import re
+
 from ansible_collections.llmops.serving.plugins.module_utils.bounded_run import run_bounded
+from ansible_collections.llmops.serving.plugins.module_utils.local_read import read_bytes
 
 __metaclass__ = type
 
@@ -29,7 +32,15 @@ LIST_ARGV = ["list-units", "--type=service", "--state=running", "--no-legend", "
              "--full"]
 # Whether named units' files are enabled at boot: `show` reads just those units (list-unit-files would scan
 # every unit file, half a second on a small node). systemd 219 (CentOS 7) prints the same Id=/UnitFileState=.
-SHOW_ENABLED_ARGV = ["show", "--property=Id", "--property=UnitFileState", "--no-pager"]
+# "--": what follows are unit names, never options (a unit named --help would be taken as one).
+SHOW_ENABLED_ARGV = ["show", "--property=Id", "--property=UnitFileState", "--no-pager", "--"]
+# systemd's unit names (unit_name_is_valid): letters, digits and ":-_.\\", one "@" before an instance, a type
+# suffix, at most 255 characters.
+UNIT_NAME_RE = re.compile(r"[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?"
+                          r"\.(service|socket|device|mount|automount|swap|target|path|timer|slice|scope)\Z")
+UNIT_NAME_MAX = 255
+# /proc/1/status and /proc/1/limits are 1-2 KB, /proc/meminfo 1.5 KB (proc reports size 0: read with a cap).
+PROC_MAX_BYTES = 1024 * 1024
 
 
 def running_units(text):
@@ -85,6 +96,11 @@ def read_enabled_units(systemctl, units, timeout=30):
     call."""
     if not units:
         return [], None
+    bad = [u for u in units if not isinstance(u, str) or len(u) > UNIT_NAME_MAX or not UNIT_NAME_RE.match(u)]
+    if bad:
+        return [], ("units: %s %s not a systemd unit name (letters, digits, ':', '-', '_', '.', '\\', an '@' "
+                    "before an instance and a type suffix such as .service): name the units as systemctl "
+                    "lists them" % (", ".join(repr(u)[:80] for u in bad[:5]), "are" if bad[1:] else "is"))
     text, error = _systemctl(systemctl, SHOW_ENABLED_ARGV + list(units), "show", timeout, 1024 * 1024)
     return ([], error) if error else (enabled_units(text), None)
 
@@ -104,10 +120,9 @@ def read_pid1(proc_root="/proc"):
     for name in ("status", "limits"):
         path = "%s/1/%s" % (proc_root.rstrip("/"), name)
         try:
-            with open(path, "rb") as handle:
-                parts.append(handle.read(1024 * 1024).decode("utf-8", "replace"))
-        except (IOError, OSError) as exc:
-            return "", "cannot read %s (%s)" % (path, exc)
+            parts.append(read_bytes(path, PROC_MAX_BYTES).decode("utf-8", "replace"))
+        except OSError as exc:
+            return "", str(exc)
     return "".join(parts).strip(), None
 
 
@@ -115,9 +130,8 @@ def read_memtotal_mib(proc_root="/proc"):
     """The node's RAM in MiB (MemTotal of /proc/meminfo, as Ansible's memtotal_mb fact), or None where it
     cannot be read: the memory planner's host memory, read here so that a run gathers no hardware facts."""
     try:
-        with open("%s/meminfo" % proc_root.rstrip("/"), "rb") as handle:
-            text = handle.read(1024 * 1024).decode("utf-8", "replace")
-    except (IOError, OSError):
+        text = read_bytes("%s/meminfo" % proc_root.rstrip("/"), PROC_MAX_BYTES).decode("utf-8", "replace")
+    except OSError:
         return None
     for line in text.splitlines():
         fields = line.split()

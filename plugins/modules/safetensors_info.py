@@ -18,6 +18,10 @@ description:
   - Returns what the vLLM memory planner (M(llmops.serving.memory_plan_info)) reads from a model directory -
     the model's C(config.json) (the C(text_config) of a multimodal Qwen3.5/3.6 config wins) and the bytes of
     its top-level C(*.safetensors) shards - as RV(vllm), plus every shard's checked header in RV(shards).
+  - The shards counted are those vLLM loads - with C(model.safetensors.index.json), only those it names (a
+    consolidated copy beside them is not counted twice); a shard it names that is missing is refused. Every
+    count of C(config.json) is checked first (layers at most 4096). On the node, C(config.json) and the index
+    must be regular files (never a link, FIFO or device) of at most 4 MiB and 64 MiB.
   - Each shard's header is checked as the safetensors library checks it - a header length within 16 MiB and
     the file, known dtypes, shapes of non-negative integers, each tensor's byte count equal to its shape times
     its dtype, the tensors back to back from offset 0 and ending exactly at the end of the file (a truncated
@@ -72,10 +76,13 @@ RETURN = r"""
 vllm:
   description: What memory_plan_vllm.vllm_model_summary() returns for the directory (layers, heads, head_dim,
     layer types, dtype, quantization_config, weights_bytes...), the memory_plan_info module's model input.
+    C(weights_files) are the shards counted, C(weights_index) the shard index that chose them (null without
+    one) and C(weights_ignored) the C(*.safetensors) files it leaves out (vLLM does not load them).
   returned: always
   type: dict
 shards:
-  description: Per top-level C(*.safetensors) file, C(name), C(size), C(header_bytes), C(tensor_count),
+  description: Per shard counted (those C(model.safetensors.index.json) names, or every top-level
+    C(*.safetensors) without it), C(name), C(size), C(header_bytes), C(tensor_count),
     C(tensor_bytes), C(dtypes) (bytes per dtype) and C(metadata).
   returned: always
   type: list
@@ -119,7 +126,7 @@ def _run(module):
     token = p["token"]
     try:
         if p["path"]:
-            summary, shards = safetensors.local_summary(p["path"], memory_plan_vllm.vllm_model_summary)
+            summary, shards = safetensors.local_summary(p["path"], memory_plan_vllm.vllm_summary)
             result = {"vllm": summary, "shards": shards, "commit": None, "remote": None}
         else:
             result = safetensors_remote.remote_summary(p, p["allow_patterns"], p["ignore_patterns"])

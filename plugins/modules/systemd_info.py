@@ -35,6 +35,8 @@ options:
     description:
       - Services whose unit-file state to read (RV(enabled_units)), e.g. the units of role serving's
         instances. Empty reads none (no call).
+      - Each must be a systemd unit name (letters, digits, C(:-_.\), an C(@) before an instance, a type
+        suffix such as C(.service)); they are passed after C(--), never as options.
     type: list
     elements: str
     default: []

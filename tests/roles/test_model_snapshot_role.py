@@ -64,7 +64,7 @@ def test_snapshot_item_from_preflight_to_a_vllm_instance(tmp_path, hub):
     text, stats, facts = play(tmp_path, hub, item, "headers", name="pre")
     assert stats.get("failed") == 0, text
     remote = facts["headers"][NAME]
-    assert remote["commit"] == hub.commit(checkpoint.REPO) and remote["remote"]["requests"] == 7
+    assert remote["commit"] == hub.commit(checkpoint.REPO) and remote["remote"]["requests"] == 8
     assert remote["vllm"]["num_hidden_layers"] == 4 and not os.path.lexists(str(dest))
     # check mode: would build, writes nothing
     text, stats, _f = play(tmp_path, hub, item, check=True, name="check")

@@ -107,3 +107,28 @@ def test_a_write_whose_target_exists_is_left_out_in_the_same_call(tmp_path):
     assert [w["what"] for w in counted] == ["model"] and present == ["llama.cpp build"]
     with pytest.raises(dp.DiskError, match="unless_exists 'relative/path' must be absolute"):
         dp.normal_writes([{"path": "/srv", "bytes": 1, "what": "x", "unless_exists": "relative/path"}])
+
+
+@pytest.mark.parametrize("value,why", [
+    (float("nan"), "is not a number of bytes"), (float("inf"), "is not a number of bytes"),
+    (10 ** 400, "is over 8 EiB"), ("9" * 400, "is over 8 EiB"), ("9999999T", "is over 8 EiB"),
+    (2 ** 63, "is over 8 EiB"),
+])
+def test_nan_infinite_and_huge_sizes_are_refused(value, why):
+    with pytest.raises(dp.DiskError, match=why):
+        dp.parse_size(value)
+
+
+def test_the_largest_file_size_is_a_size():
+    assert dp.parse_size(2 ** 63 - 1) == 2 ** 63 - 1 and dp.parse_size("8Ti") == 8 * TIB
+
+
+def test_the_module_refuses_nan_inf_and_huge_bytes_with_a_message(tmp_path):
+    from tests.helpers import run_module_file
+    for size in (float("nan"), float("inf"), 10 ** 400):
+        out = run_module_file(tmp_path, "disk_space_info",
+                              {"writes": [{"path": str(tmp_path / "m"), "bytes": size, "what": "model"}]})
+        assert out["failed"] is True and out["msg"].startswith("size "), out
+        assert "Error" not in out["msg"], out  # not "disk_space_info failed: ValueError: ..."
+    out = run_module_file(tmp_path, "disk_space_info", {"reserve": "9" * 400})
+    assert out["failed"] is True and "is over 8 EiB, more than any file or disk holds" in out["msg"], out

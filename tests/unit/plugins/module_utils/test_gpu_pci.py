@@ -98,3 +98,48 @@ def test_another_product_is_refused(tmp_path):
 def test_bad_expectations_say_what_to_write(expected, message):
     with pytest.raises(gpu_pci.PciError, match=message):
         gpu_pci.normal_expected(expected)
+
+
+def test_more_gpus_than_expected_is_refused_too(tmp_path):
+    # 8 L20s where the inventory says 4: the count check is "exactly", not "at least" (a `<` passed this)
+    gpus = gpu_pci.read_pci_gpus(tree(tmp_path, "--gpus", "8"))
+    (failure,) = gpu_pci.check_expected(gpus, gpu_pci.normal_expected(L20X4))
+    assert failure.startswith("the inventory expects 4 NVIDIA GPU(s) L20 (llmops_gpu_expected), the PCI bus "
+                              "shows 8: ")
+    assert gpu_pci.check_expected(gpus, gpu_pci.normal_expected({"count": 8, "names": ["L20"]})) == []
+
+
+@pytest.mark.parametrize("count", [float("inf"), float("nan"), 10 ** 400, 1e400, 4.5, True, -1, "4 GPUs",
+                                   [4], 5000])
+def test_a_count_that_is_not_a_number_of_gpus_is_refused(count):
+    with pytest.raises(gpu_pci.PciError, match="count must be a number of GPUs .a whole number from 0 to"):
+        gpu_pci.normal_expected({"count": count})
+
+
+@pytest.mark.parametrize("count", [4, 4.0, "4", " 4 "])
+def test_a_count_written_as_a_number_or_its_text_is_read(count):
+    assert gpu_pci.normal_expected({"count": count})["count"] == 4
+
+
+@pytest.mark.parametrize("expected", [{"names": 5}, {"device_ids": 5}, {"names": [{"L20": 1}]},
+                                      {"device_ids": {"10de": "26ba"}}])
+def test_names_and_ids_that_are_not_lists_are_refused(expected):
+    with pytest.raises(gpu_pci.PciError, match="names and .device_ids are lists"):
+        gpu_pci.normal_expected(expected)
+
+
+def test_a_sysfs_attribute_that_is_not_text_or_not_a_file_is_named(tmp_path):
+    from tests.unit.plugins.module_utils.test_local_read import within
+    root = tree(tmp_path)
+    vendor = os.path.join(root, "bus", "pci", "devices", "0000:3b:00.0", "vendor")
+    with open(vendor, "wb") as f:
+        f.write(b"0x10\xde\n")
+    with pytest.raises(gpu_pci.PciError, match="attribute %s is not UTF-8 text" % vendor):
+        gpu_pci.read_pci_gpus(root)
+    for make, what in ((os.mkfifo, "a FIFO"), (lambda p: os.symlink("/dev/zero", p), "a symbolic link")):
+        os.unlink(vendor)
+        make(vendor)
+        with within(10), pytest.raises(gpu_pci.PciError, match="%s is %s" % (vendor, what)):
+            gpu_pci.read_pci_gpus(root)
+    os.unlink(vendor)  # a function without the attribute is no NVIDIA GPU, as before
+    assert len(gpu_pci.read_pci_gpus(root)) == 3

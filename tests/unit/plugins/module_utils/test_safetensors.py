@@ -98,7 +98,7 @@ def test_a_link_or_fifo_is_never_read(tmp_path, repo_dir):
 
 def test_remote_summary_is_the_local_one_read_with_two_ranges_per_shard(hub, repo_dir):
     r = sr.remote_summary(params(hub))
-    local, shards = st.local_summary(str(repo_dir), mp.vllm_model_summary)
+    local, shards = st.local_summary(str(repo_dir), mp.vllm_summary)
     assert dict(r["vllm"], model_dir=None) == dict(local, model_dir=None)
     assert [dict(s) for s in r["shards"]] == [dict(s, name=s["name"]) for s in shards]
     assert r["commit"] == hub.commit(REPO) and r["remote"]["revision"] == r["commit"]
@@ -109,7 +109,7 @@ def test_remote_summary_is_the_local_one_read_with_two_ranges_per_shard(hub, rep
     # nothing but headers: every shard body byte the hub sent is a header byte (or its length)
     sent = sum(e["body_bytes"] for e in ranged)
     assert sent == r["remote"]["bytes_read"] <= sum(8 + s["header_bytes"] + 16 for s in r["shards"])
-    assert r["remote"]["requests"] == 3 + 2 * len(SHARDS)  # revision, tree, config.json, 2 per shard
+    assert r["remote"]["requests"] == 4 + 2 * len(SHARDS)  # revision, tree, config.json, index, 2 per shard
 
 
 def test_remote_plan_before_the_download_equals_the_plan_after_it(hub, repo_dir):
@@ -138,7 +138,8 @@ def test_server_ignoring_range_is_refused_without_reading_the_shard(hub):
         sr.remote_summary(params(hub))
     # refused at the first answer (a 200 with the whole shard), its body never read, nothing asked again
     time.sleep(0.5)  # the hub logs a response once it has sent it
-    assert [e["range"] for e in hub.requests() if e["path"].startswith("/cdn/")] == ["bytes=0-7"]
+    assert [e["range"] for e in hub.requests()
+            if e["path"].startswith("/cdn/") and ".safetensors?" in e["path"]] == ["bytes=0-7"]
 
 
 def test_config_that_does_not_match_the_listing_is_refused(hub):
@@ -170,3 +171,111 @@ def test_remote_token_goes_only_to_the_endpoint_origin(tmp_path, repo_dir):
     finally:
         hub.stop()
         cdn.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 34: what config.json and the shard index may make the readers do
+
+
+def write_config(model_dir, **text_config):
+    config = checkpoint.config()
+    config["text_config"].update(text_config)
+    (model_dir / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("key,value", [
+    ("num_hidden_layers", 30000000), ("num_hidden_layers", 300000000), ("num_hidden_layers", 10 ** 400),
+    ("num_hidden_layers", 1e400), ("num_hidden_layers", "many"), ("num_hidden_layers", -1),
+    ("mtp_num_hidden_layers", 5000), ("full_attention_interval", 10 ** 9), ("num_experts", 10 ** 9),
+    ("vocab_size", 2 ** 40), ("hidden_size", 1.5),
+])
+def test_a_config_count_out_of_range_is_refused_fast(repo_dir, key, value):
+    write_config(repo_dir, **{key: value})
+    t0 = time.process_time()
+    for read in (lambda: mp.vllm_model_summary(str(repo_dir)),
+                 lambda: st.local_summary(str(repo_dir), mp.vllm_summary)):
+        with pytest.raises(mp.PlanError, match="%s.*(must be|out of range|not a real model)" % key):
+            read()
+    assert time.process_time() - t0 < 1.0  # 30,000,000 layers took 26 s and 1.7 GB
+
+
+def test_real_counts_up_to_the_caps_are_read(repo_dir):
+    write_config(repo_dir, num_hidden_layers=4096, full_attention_interval=4, num_experts=512,
+                 vocab_size=262144, max_position_embeddings=10485760)
+    summary = mp.vllm_model_summary(str(repo_dir))
+    assert summary["num_hidden_layers"] == 4096 and len(summary["layer_types"]) == 4096
+    assert summary["full_attention_layers"] == 1024 and summary["max_position_embeddings"] == 10485760
+    write_config(repo_dir, num_hidden_layers=4097)
+    with pytest.raises(mp.PlanError, match="num_hidden_layers must be from 0 to 4096, got 4097"):
+        mp.vllm_model_summary(str(repo_dir))
+
+
+def test_the_remote_config_is_capped_the_same(hub, repo_dir):
+    write_config(repo_dir, num_hidden_layers=30000000)
+    with pytest.raises(mp.PlanError, match="num_hidden_layers must be from 0 to 4096"):
+        sr.remote_summary(params(hub))
+
+
+def test_a_fifo_or_device_link_as_config_json_is_refused_not_read(repo_dir):
+    from tests.unit.plugins.module_utils.test_local_read import within
+    config = repo_dir / "config.json"
+    config.unlink()
+    os.mkfifo(str(config))
+    with within(10):
+        for read in (lambda: mp.vllm_model_summary(str(repo_dir)),
+                     lambda: st.local_summary(str(repo_dir), mp.vllm_summary)):
+            with pytest.raises((mp.PlanError, OSError), match="config.json .* is a FIFO"):
+                read()
+    config.unlink()
+    os.symlink("/dev/zero", str(config))
+    with within(10):
+        with pytest.raises(mp.PlanError, match=r"config.json .* is a symbolic link \(to /dev/zero\)"):
+            mp.vllm_model_summary(str(repo_dir))
+        with pytest.raises(OSError, match=r"is a symbolic link \(to /dev/zero\)"):
+            st.local_summary(str(repo_dir), mp.vllm_summary)
+
+
+def test_an_index_wins_over_a_consolidated_copy(hub, repo_dir):
+    one = sum((repo_dir / s).stat().st_size for s in SHARDS)
+    # Mistral's layout: the sharded weights, their index, and the same weights again in one file
+    (repo_dir / "consolidated.safetensors").write_bytes(checkpoint.safetensors_bytes(
+        [t for shard in checkpoint.shard_tensors() for t in shard]))
+    local, shards = st.local_summary(str(repo_dir), mp.vllm_summary)
+    remote = sr.remote_summary(params(hub))
+    planned = mp.vllm_model_summary(str(repo_dir))
+    for summary in (local, remote["vllm"], planned):
+        assert summary["weights_bytes"] == one
+        assert summary["weights_index"] == "model.safetensors.index.json"
+        assert summary["weights_files"] == SHARDS
+        assert summary["weights_ignored"] == ["consolidated.safetensors"]
+    assert [s["name"] for s in shards] == SHARDS == [s["name"] for s in remote["shards"]]
+
+
+def test_without_an_index_every_top_level_shard_counts(repo_dir):
+    (repo_dir / "model.safetensors.index.json").unlink()
+    summary = mp.vllm_model_summary(str(repo_dir))
+    assert summary["weights_index"] is None and summary["weights_files"] == SHARDS
+    assert summary["weights_bytes"] == sum((repo_dir / s).stat().st_size for s in SHARDS)
+
+
+def test_an_index_naming_a_missing_shard_is_refused_naming_it(hub, repo_dir):
+    (repo_dir / SHARDS[1]).unlink()
+    why = "names 1 shard.s. the model does not have: %s" % SHARDS[1]
+    with pytest.raises(st.SafetensorsError, match=why):
+        st.local_summary(str(repo_dir), mp.vllm_summary)
+    with pytest.raises(mp.PlanError, match=why):
+        mp.vllm_model_summary(str(repo_dir))
+    with pytest.raises(st.SafetensorsError, match=why):
+        sr.remote_summary(params(hub))
+    # the patterns leave a shard out while selecting the index: the same refusal
+    (repo_dir / SHARDS[1]).write_bytes(checkpoint.files()[SHARDS[1]])
+    with pytest.raises(st.SafetensorsError, match=why):
+        sr.remote_summary(params(hub), allow=["*.json", "model-00001*"])
+
+
+@pytest.mark.parametrize("index", [{"weight_map": {}}, {"weight_map": {"a": "../x.safetensors"}}, [],
+                                   {"weight_map": {"a": 5}}])
+def test_an_index_that_is_not_one_is_refused(repo_dir, index):
+    (repo_dir / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(st.SafetensorsError, match="(no weight_map|not a \\*.safetensors file)"):
+        st.local_summary(str(repo_dir), mp.vllm_summary)

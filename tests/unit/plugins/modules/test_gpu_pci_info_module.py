@@ -51,3 +51,25 @@ def test_an_unreadable_bus_fails_only_with_an_expectation(tmp_path):
     strict = run_module_file(tmp_path, "gpu_pci_info", {"sysfs_root": absent, "expected": {"count": 4}})
     assert strict["failed"] is True
     assert strict["msg"].startswith("Cannot check llmops_gpu_expected: cannot list")
+
+
+def test_bad_counts_names_and_sysfs_fail_with_a_message_not_a_traceback(tmp_path):
+    root = tree(tmp_path)
+    for expected in ({"count": float("inf")}, {"names": 5}):
+        out = run_module_file(tmp_path, "gpu_pci_info", {"sysfs_root": root, "expected": expected})
+        assert out["failed"] is True and out["msg"].startswith("llmops_gpu_expected."), out
+    with open(os.path.join(root, "bus", "pci", "devices", "0000:18:00.0", "class"), "wb") as f:
+        f.write(b"\xff\xfe")
+    out = run_module_file(tmp_path, "gpu_pci_info", {"sysfs_root": root, "expected": {"count": 4}},
+                          timeout=20)
+    assert out["failed"] is True and out["msg"].startswith("Cannot check llmops_gpu_expected: ") \
+        and "is not UTF-8 text" in out["msg"], out
+    plain = run_module_file(tmp_path, "gpu_pci_info", {"sysfs_root": root}, timeout=20)
+    assert plain.get("failed") is not True and "is not UTF-8 text" in plain["report"], plain
+
+
+def test_eight_gpus_against_a_count_of_four_fail(tmp_path):
+    result = run_module_file(tmp_path, "gpu_pci_info", {"sysfs_root": tree(tmp_path, "--gpus", "8"),
+                                                        "expected": {"count": 4, "names": ["L20"]}})
+    assert result["failed"] is True and "expects 4 NVIDIA GPU(s) L20" in result["msg"]
+    assert "shows 8" in result["msg"]

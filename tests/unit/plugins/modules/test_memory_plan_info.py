@@ -5,6 +5,7 @@
 documentation matches the argument spec, plans for both engines, refusals fail the task naming every
 instance, check mode, never changed."""
 import json
+import os
 
 import yaml
 from ansible_collections.llmops.serving.plugins.modules import memory_plan_info
@@ -194,3 +195,17 @@ def test_the_action_runs_the_module_on_the_node_for_a_model_path(tmp_path):
     args = {"gpus": [l20(0)], "instances": [
         {"name": "x", "gpus": [0], "model_path": "/models/x.gguf", "settings": {}}]}
     assert _play(tmp_path, args).get("unreachable") is True
+
+
+def test_a_fifo_or_device_link_as_config_json_fails_at_once(tmp_path):
+    model_dir = _vllm_dir(tmp_path)
+    config = os.path.join(model_dir, "config.json")
+    args = {"gpus": [l20(0)],
+            "instances": [{"name": "v", "engine": "vllm", "gpus": [0], "model_dir": model_dir}]}
+    assert run_module(tmp_path, args)["plans"]["v"]["planned"]
+    for make, what in ((os.mkfifo, "a FIFO (named pipe)"), (lambda p: os.symlink("/dev/zero", p),
+                                                             "a symbolic link (to /dev/zero)")):
+        os.unlink(config)
+        make(config)
+        out = run_module_file(tmp_path, "memory_plan_info", args, timeout=20)  # it hung / ate 1 GB before
+        assert out["failed"] and "config.json %s is %s" % (config, what) in out["msg"], out

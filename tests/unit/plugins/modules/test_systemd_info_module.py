@@ -6,7 +6,15 @@
 import os
 import stat
 
-from plugins.module_utils.systemd_units import LIST_ARGV, SHOW_ENABLED_ARGV, enabled_units, running_units
+import pytest
+
+from plugins.module_utils.systemd_units import (
+    LIST_ARGV,
+    SHOW_ENABLED_ARGV,
+    enabled_units,
+    read_enabled_units,
+    running_units,
+)
 from plugins.plugin_utils import systemd
 from tests.helpers import run_module_file
 
@@ -129,3 +137,47 @@ def test_only_enabled_unit_files_count_as_enabled():
                     "\nId=sshd.service\nUnitFileState=enabled\n")
     assert enabled_units(text) == ["llama-server-qwen.service", "sshd.service"]
     assert enabled_units("") == [] and enabled_units(None) == []
+
+
+def test_unit_names_are_never_options_and_must_be_unit_names(tmp_path):
+    argv_file = tmp_path / "argv"
+    systemctl = listing_systemctl(tmp_path, argv_file)
+    root = proc(tmp_path)
+    # a unit named --help was taken as systemctl's option: refused before any call, naming it
+    out = run_module_file(tmp_path, "systemd_info", {"systemctl": systemctl, "proc_root": root,
+                                                     "units": ["--help", "llama-server-qwen.service"]})
+    assert out["failed"] is True and "'--help' is not a systemd unit name" in out["msg"], out
+    assert "show" not in argv_file.read_text()
+    # a real unit name that starts with "-" (the root slice) reaches systemctl after "--", as a name
+    argv_file.unlink()
+    ok = run_module_file(tmp_path, "systemd_info", {"systemctl": systemctl, "proc_root": root,
+                                                    "units": ["-.slice", "llama-server-qwen.service"]})
+    assert ok.get("failed") is not True, ok
+    show = [line.split() for line in argv_file.read_text().splitlines() if line.startswith("show")]
+    assert show == [["show", "--property=Id", "--property=UnitFileState", "--no-pager", "--", "-.slice",
+                     "llama-server-qwen.service"]]
+
+
+@pytest.mark.parametrize("name", ["--help", "llama server.service", "x.service\n", "foo", "a@b@c.service",
+                                  "x" * 250 + ".service", ".service"])
+def test_what_is_not_a_unit_name_is_refused(name):
+    units, error = read_enabled_units("/nonexistent/systemctl", [name])
+    assert units == [] and "not a systemd unit name" in error
+
+
+def test_a_fifo_or_device_link_in_proc_is_refused_not_read(tmp_path):
+    systemctl = listing_systemctl(tmp_path, tmp_path / "argv")
+    root = proc(tmp_path)
+    status = os.path.join(root, "1", "status")
+    for make, what in ((os.mkfifo, "a FIFO (named pipe)"), (lambda p: os.symlink("/dev/zero", p),
+                                                             "a symbolic link (to /dev/zero)")):
+        os.unlink(status)
+        make(status)
+        out = run_module_file(tmp_path, "systemd_info", {"systemctl": systemctl, "proc_root": root},
+                              timeout=20)  # the FIFO hung the module before
+        assert out["failed"] is True and "%s is %s" % (status, what) in out["msg"], out
+    os.unlink(status)
+    (tmp_path / "proc" / "1" / "status").write_text("Name:\tsystemd\n")
+    os.mkfifo(os.path.join(root, "meminfo"))
+    out = run_module_file(tmp_path, "systemd_info", {"systemctl": systemctl, "proc_root": root}, timeout=20)
+    assert out.get("failed") is not True and out["memtotal_mib"] is None, out
