@@ -92,11 +92,13 @@ def test_a_missing_file_keeps_its_errno(tmp_path):
 
 
 def test_firewall_record_as_a_fifo_or_a_device_link_is_no_record(tmp_path):
+    """A record that is a FIFO or a link to /dev/zero is a problem the module says (and keeps aside), at once."""
     fifo, link, real = str(tmp_path / "fifo.json"), str(tmp_path / "zero.json"), tmp_path / "real.json"
     os.mkfifo(fifo)
     os.symlink("/dev/zero", link)
     with within(5):
-        assert fw.read_record(fifo) == {"zone": "", "rules": []}
-        assert fw.read_record(link) == {"zone": "", "rules": []}
-    real.write_text('{"zone": "public", "rules": [["8080", "tcp", ""]]}')
-    assert fw.read_record(str(real)) == {"zone": "public", "rules": [("8080", "tcp", "")]}
+        for path in (fifo, link):
+            zones, problem = fw.read_record(path)
+            assert zones == {} and "cannot be read" in problem
+    real.write_text('{"zones": {"public": [["port", "8080/tcp", ""]]}}')
+    assert fw.read_record(str(real)) == ({"public": [("port", "8080/tcp", "")]}, None)
