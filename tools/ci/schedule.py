@@ -192,6 +192,22 @@ def busy_percent(before, after):
     return round(100.0 * (1 - float(after[1] - before[1]) / (after[0] - before[0])))
 
 
+def compile_records(job, cache=CACHE):
+    """[(what, seconds, ccache hits, cacheable calls)] that a scenario's verify step wrote about the compile
+    its run made (.cache/ci-<scenario>/compile.tsv: the L20 twin's CUDA compile, cold or warm)."""
+    path = os.path.join(cache, "ci-" + job.split(":", 1)[-1], "compile.tsv")
+    records = []
+    try:
+        with open(path) as handle:
+            for line in handle:
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) == 4 and parts[1].isdigit():
+                    records.append((parts[0], int(parts[1]), parts[2], parts[3]))
+    except OSError:
+        pass
+    return records
+
+
 def _fmt(seconds):
     seconds = int(round(seconds))
     return "%d:%02d" % (seconds // 60, seconds % 60)
@@ -232,6 +248,8 @@ def table(results, t0, phases=(), logs=LOGS, cpu=None):
                 steps = []
             for step, seconds in steps:
                 lines.append("%-30s %8s %8s" % ("    " + step, "", _fmt(seconds)))
+            for what, seconds, hits, calls in compile_records(name):
+                lines.append("%-30s %8s %8s  ccache hits %s of %s" % ("    " + what, "", _fmt(seconds), hits, calls))
     end = max([stop for _, stop, _ in results.values()] + [t0])
     lines.append("%-30s %8s %8s" % ("total", "", _fmt(end - origin)))
     if cpu.get("total") is not None:
