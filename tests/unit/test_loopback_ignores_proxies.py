@@ -44,10 +44,11 @@ def proxied(monkeypatch):
 
 
 def test_the_variables_do_send_a_default_client_to_the_proxy(proxied):
-    """The control: urllib's default opener takes 127.0.0.1 to the proxy (so the tests below can fail)."""
+    """The control: urllib's default opener takes 127.0.0.1 to the proxy (so the tests below can fail). A new
+    opener: urlopen's global one read the proxy variables when an earlier test in this process built it."""
     with FakeOpenAI() as fake:
         with pytest.raises(urllib.request.HTTPError) as err:
-            urllib.request.urlopen(fake.url + "/health", timeout=5)
+            urllib.request.build_opener().open(fake.url + "/health", timeout=5)
     assert err.value.code == 502 and proxied.seen and "127.0.0.1" in proxied.seen[0], proxied.seen
 
 
