@@ -70,9 +70,10 @@ JOBS = (
     _molecule("llama_cpp", weight=2, estimate=900),
     _molecule("llama_server", needs=AFTER_COMPILE, estimate=300),
     _molecule("default", needs=AFTER_COMPILE, estimate=600),
-    # The L20 twin compiles the CUDA build (nvcc over 144 CUDA objects: ~20 min on 2 cores cold, minutes from
-    # the machine's ccache), the one CUDA compile of a run: it needs nothing first, so it starts first.
-    _molecule("l20", weight=2, estimate=2400),
+    # The L20 twin compiles the CUDA build (nvcc over 144 CUDA objects: ~20 min on 2 idle cores cold, minutes
+    # from the machine's ccache), the one CUDA compile of a run: it needs nothing first and has the longest
+    # path, so it starts first. Weight 1: most of its time is the scenario around the compile.
+    _molecule("l20", estimate=2400),
     _molecule("gpu_host", estimate=180),
     _molecule("model", estimate=240),
     _molecule("vllm", estimate=420),
