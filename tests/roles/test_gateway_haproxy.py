@@ -206,12 +206,21 @@ def test_stream_chunks_arrive_as_the_engine_writes_them(tmp_path, tls, engine):
     """Each SSE chunk leaves the gateway when the engine writes it: the first chunk through the gateway within
     a few ms of the direct one. Before `option http-no-delay`, without TLS: 150-200 ms late, a short stream
     arriving all at once at its end."""
+    # The best of three rounds: a CI machine running three jobs on two cores can hold a few chunks of one
+    # round for 60 ms; a gateway that buffers holds them in every round (150-200 ms, as before the fix).
+    rounds = []
     with StreamDouble(engine=engine, api_key=BACKEND_KEY, chunks=5, first_delay=0.05,
                       interval=0.04) as double:
         hostvars = {"n1": node_vars({"qwen": ("qwen", double.port, engine)})}
         with running_gateway(tmp_path, hostvars, gateway_tls=tls) as gw:
-            direct = _lateness(gw["port"], double, tls, 3, via_gateway=False)
-            through = _lateness(gw["port"], double, tls, 5, via_gateway=True)
+            for _ in range(3):
+                direct = _lateness(gw["port"], double, tls, 3, via_gateway=False)
+                through = _lateness(gw["port"], double, tls, 5, via_gateway=True)
+                lateness = sorted(x for s in through for x in s)
+                rounds.append((lateness[int(len(lateness) * 0.8)], direct, through))
+                if rounds[-1][0] < 30.0:
+                    break
+    p80, direct, through = min(rounds, key=lambda r: r[0])
     first_direct = statistics.median(s[0] for s in direct)
     first_gateway = statistics.median(s[0] for s in through)
     every_chunk = statistics.median(x for s in through for x in s)
@@ -219,8 +228,7 @@ def test_stream_chunks_arrive_as_the_engine_writes_them(tmp_path, tls, engine):
     assert every_chunk < 10.0, through
     # The chunks are spread as the engine spread them (40 ms apart), not held and bunched: before, a chunk
     # was 0-150 ms late depending on its place (a median of 72 ms); a busy machine may delay a few.
-    lateness = sorted(x for s in through for x in s)
-    assert lateness[int(len(lateness) * 0.8)] < 30.0, through
+    assert p80 < 30.0, [r[2] for r in rounds]
 
 
 # ---------------------------------------------------------------- no generation sent twice
