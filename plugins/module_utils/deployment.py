@@ -428,8 +428,8 @@ def held_error(paths, lock, state):
         "instance %s is locked by %s: it is deploying, health-gating or rolling back this instance. Nothing "
         "was changed by this %s; wait until that run has finished and run again. If that run is really gone "
         "(killed, its controller lost), remove %s on this node, or wait until %s, when the lock counts as "
-        "stale and the next run takes it over" % (paths.name, describe_lock(lock), state, paths.slot(LOCK),
-                                                   _when(lock["expires"])))
+        "stale and the next run takes it over"
+        % (paths.name, describe_lock(lock), state, paths.slot(LOCK), _when(lock["expires"])))
 
 
 def new_lock(token, holder, timeout, step, now):

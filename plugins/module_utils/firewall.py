@@ -333,8 +333,8 @@ class FirewallCmd(object):
         self.calls += 1
         rc, out, err = call([self.program] + list(args), self.timeout)
         if rc not in ok:
-            raise FirewallError("`%s %s` failed (rc %s): %s" % (self.program, " ".join(args), rc,
-                                                               (err or out).strip()[:500] or "no output"))
+            said = (err or out).strip()[:500] or "no output"
+            raise FirewallError("`%s %s` failed (rc %s): %s" % (self.program, " ".join(args), rc, said))
         return rc, out
 
     def running(self):
@@ -455,8 +455,9 @@ def placement(rules, listeners, sources, zone, default_zone, interfaces, zone_of
     target = zone or default_zone
     if rules:
         wanted.setdefault(target, set()).update(rules)
-        reasons.append("%s: zone %s (%s)" % (", ".join(sorted(set(r[1] for r in rules))), target,
-                                              "given" if zone else "the default zone; no listen address"))
+        ports = ", ".join(sorted(set(r[1] for r in rules)))
+        why = "given" if zone else "the default zone; no listen address"
+        reasons.append("%s: zone %s (%s)" % (ports, target, why))
     for port, addresses in listeners:
         port_rules = wanted_rules([port], sources)
         if zone:

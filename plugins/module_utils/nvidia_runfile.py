@@ -117,7 +117,9 @@ def read_runfile_install(root="/", owner=None):
     evidence = []
     if uninstaller:
         evidence.append("%s is there (the runfile installs it; an uninstall removes it)" % UNINSTALLER)
-    if unowned:
+    # An nvidia-smi no package owns is no driver by itself (a copied binary, a test double): the runfile
+    # always leaves its versioned libraries, or its kernel module, or its uninstaller beside it.
+    if [path for path in unowned if path not in BINARIES]:
         evidence.append("no package owns %s" % ", ".join(unowned))
     installed = bool(evidence)
     if installed and version and os.path.isfile(_under(root, INSTALLER_LOG)):
@@ -161,8 +163,8 @@ def runfile_plan(runfile, install_method, policy, wanted_version, gpus=None, ker
     text.append(broken_runfile_note(runfile, wanted_version, gpus, kernel))
     if action == "uninstall":
         text.append("nvidia_driver_runfile_policy is uninstall: the role runs %s --silent, then installs the "
-                    "driver %s packages (nvidia_driver_install_method: %s)." % (UNINSTALLER, wanted_version,
-                                                                               install_method))
+                    "driver %s packages (nvidia_driver_install_method: %s)."
+                    % (UNINSTALLER, wanted_version, install_method))
         return dict(runfile_action=action, runfile_message=" ".join(t for t in text if t))
     text.append("The role installs driver packages (nvidia_driver_install_method: %s) and never over a "
                 "runfile driver: the two would mix their files, and NVIDIA requires the runfile driver's "

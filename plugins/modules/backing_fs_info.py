@@ -133,8 +133,8 @@ def _run(module):
 
     result = d_type_check(p["path"], read_mountinfo(p["mountinfo"]), xfs_info, p["what"], p["variable"])
     if result["d_type"] is False and p["fail_without_d_type"]:
-        module.fail_json(msg=result["message"], changed=False, **dict((k, v) for k, v in result.items()
-                                                                       if k != "message"))
+        rest = dict((k, v) for k, v in result.items() if k != "message")
+        module.fail_json(msg=result["message"], changed=False, **rest)
     if result["message"]:
         module.warn(result["message"])
     module.exit_json(changed=False, **result)

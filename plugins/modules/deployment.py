@@ -269,7 +269,8 @@ ARGUMENT_SPEC = dict(
     unrecorded_record=dict(type="dict"),
     unit_changed=dict(type="bool", default=False),
     env_changed=dict(type="bool", default=False),
-    lock_token=dict(type="str"),
+    # A run's name for its lock, not a secret (it is in lock.json and the refusal messages).
+    lock_token=dict(type="str", no_log=False),
     lock_holder=dict(type="str"),
     lock_timeout=dict(type="int", default=deployment.LOCK_TIMEOUT),
 )

@@ -443,8 +443,8 @@ def runtime_refusals(instances, builds=None, gpus=None, default_engine=DEFAULT_E
             gpu_list = normalize_gpus(raw.get("gpus"), None, "instance %s" % raw["name"])
         except ServingError:
             gpu_list = []
-        _, _, refusal = cuda_decision(str(raw["name"]), engine, flags, build, mode, override, facts, gpu_list,
-                                      raw.get("cuda_forward_compat"))
+        refusal = cuda_decision(str(raw["name"]), engine, flags, build, mode, override, facts, gpu_list,
+                                raw.get("cuda_forward_compat"))[2]
         if refusal:
             refused.append({"name": str(raw["name"]), "engine": engine, "model": raw.get("model"),
                             "message": refusal})

@@ -250,7 +250,8 @@ def table(results, t0, phases=(), logs=LOGS, cpu=None):
             for step, seconds in steps:
                 lines.append("%-30s %8s %8s" % ("    " + step, "", _fmt(seconds)))
             for what, seconds, hits, calls in compile_records(name):
-                lines.append("%-30s %8s %8s  ccache hits %s of %s" % ("    " + what, "", _fmt(seconds), hits, calls))
+                lines.append("%-30s %8s %8s  ccache hits %s of %s"
+                             % ("    " + what, "", _fmt(seconds), hits, calls))
     end = max([stop for _, stop, _ in results.values()] + [t0])
     lines.append("%-30s %8s %8s" % ("total", "", _fmt(end - origin)))
     if cpu.get("total") is not None:

@@ -65,7 +65,8 @@ def test_the_compile_a_scenario_recorded_is_in_the_table(tmp_path):
     """The L20 twin's verify writes its CUDA compile's time and ccache hits; the table prints them under it,
     and a scenario that recorded nothing (or a broken record) adds no line."""
     (tmp_path / "ci-l20").mkdir()
-    (tmp_path / "ci-l20" / "compile.tsv").write_text("CUDA compile (nvcc 12.4, sm_89)\t1234\t0\t190\nbad\tx\n")
+    (tmp_path / "ci-l20" / "compile.tsv").write_text(
+        "CUDA compile (nvcc 12.4, sm_89)\t1234\t0\t190\nbad\tx\n")
     assert schedule.compile_records("molecule:l20", cache=str(tmp_path)) == [
         ("CUDA compile (nvcc 12.4, sm_89)", 1234, "0", "190")]
     assert schedule.compile_records("molecule:model", cache=str(tmp_path)) == []

@@ -92,7 +92,8 @@ def test_a_missing_file_keeps_its_errno(tmp_path):
 
 
 def test_firewall_record_as_a_fifo_or_a_device_link_is_no_record(tmp_path):
-    """A record that is a FIFO or a link to /dev/zero is a problem the module says (and keeps aside), at once."""
+    """A record that is a FIFO or a link to /dev/zero is a problem the module says (and keeps aside) at
+    once."""
     fifo, link, real = str(tmp_path / "fifo.json"), str(tmp_path / "zero.json"), tmp_path / "real.json"
     os.mkfifo(fifo)
     os.symlink("/dev/zero", link)

@@ -62,6 +62,18 @@ def test_one_sign_is_enough_in_either_direction(tmp_path):
     assert only_files["version"] == WANTED
 
 
+def test_an_unowned_nvidia_smi_alone_is_no_runfile_install(tmp_path):
+    """A copied nvidia-smi (or a test double) with nothing else of a driver: not a runfile install; with the
+    runfile's libraries beside it, it is named with them."""
+    (tmp_path / "usr" / "bin").mkdir(parents=True)
+    (tmp_path / "usr" / "bin" / "nvidia-smi").write_text("#!/bin/sh\n")
+    alone = read_runfile_install(str(tmp_path), nobody)
+    assert alone["installed"] is False and alone["evidence"] == []
+    driver_root(tmp_path / "b", WANTED, uninstaller=False, log=False)
+    both = read_runfile_install(str(tmp_path / "b"), nobody)
+    assert both["installed"] is True and "/usr/bin/nvidia-smi" in both["evidence"][0]
+
+
 def test_the_version_and_dkms_come_from_the_node(tmp_path):
     driver_root(tmp_path, "535.104.05", libdir="usr/lib/x86_64-linux-gnu", dkms=True, log=False)
     found = read_runfile_install(str(tmp_path), nobody)
