@@ -75,7 +75,13 @@ def test_a_streaming_request_counts_as_load():
         time.sleep(0.3)
         busy = llm_load.read_load(_endpoint(fake), "llama.cpp")
         stream.join()
+        # The client returns on the stream's last event; the server's handler ends its request a moment
+        # later (under a busy CI, tens of ms): idle is what the server says once it has.
+        deadline = time.monotonic() + 5
         idle = llm_load.read_load(_endpoint(fake), "llama.cpp")
+        while idle["processing"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+            idle = llm_load.read_load(_endpoint(fake), "llama.cpp")
     assert (busy["processing"], idle["processing"]) == (1, 0)
 
 
