@@ -85,6 +85,10 @@ def unit(session):
     # Both cores (pytest-xdist); LLMOPS_UNIT_WORKERS=0 runs them in this process (pdb, -x).
     workers = os.environ.get("LLMOPS_UNIT_WORKERS", "2")
     xdist = ["-n", workers] if workers not in ("", "0", "1") else []
+    # No llama-server here, whatever the llama_cpp scenario has built meanwhile: in CI the binary appears in
+    # .cache/ci-llama half-way through this session, and a test that found it would run a real server under
+    # the full machine's load. Tests that need one are marked needs_llama_server and run in unit_llama_server.
+    session.env["LLMOPS_LLAMA_SERVER"] = "/nonexistent/the-unit-session-runs-no-llama-server"
     _pytest(session, "unit", *xdist, "-m", "not needs_llama_server", *PYTEST_PATHS)
 
 

@@ -27,7 +27,9 @@ from tests.helpers import ROOT, load_yaml, role_templar, run_local_playbook
 ROLE = os.path.join(ROOT, "roles", "validate")
 PLAYBOOK = os.path.join(ROOT, "playbooks", "validate.yml")
 MODULE = os.path.join(ROOT, "plugins", "modules", "llm_benchmark.py")
-LLAMA_SERVER = os.path.join(ROOT, ".cache", "ci-llama", "bin", "llama-server")
+# The CPU build of the pinned source: unit_llama_server sets $LLMOPS_LLAMA_SERVER (llama_cpp scenario's).
+LLAMA_SERVER = (os.environ.get("LLMOPS_LLAMA_SERVER")
+                or os.path.join(ROOT, ".cache", "ci-llama", "bin", "llama-server"))
 KEY = "validate-test-key-5150"
 SHA = "ab" * 32
 SVG = "{http://www.w3.org/2000/svg}"
@@ -220,6 +222,7 @@ def llama_server(tmp_path):
 
 
 @needs_module
+@pytest.mark.needs_llama_server
 def test_llama_server_decode_agrees_with_its_timings_and_the_gate_names_the_figure(tmp_path, llama_server):
     runs = [{"prompt_tokens": 128, "max_tokens": 64, "concurrency": 1, "requests": 2},
             {"prompt_tokens": 128, "max_tokens": 64, "concurrency": 2, "requests": 2}]

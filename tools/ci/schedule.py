@@ -336,6 +336,30 @@ def run(jobs, capacity, env=None, out=sys.stdout, fail_fast=False, cpu=None):
     return results
 
 
+# Lines of a failed job's log that say what failed: pytest's summary lines, Ansible's failed tasks and
+# recaps, molecule's step results, a Python traceback's last line.
+_FAILURE_LINE = re.compile(r"^(FAILED|ERROR) |fatal: \[|FAILED!|failed=[1-9]|ERROR |Error: |Traceback|"
+                           r"^E  +|Timeout|ailed: ")
+
+
+def failure_digest(name, logs=LOGS, matches=40, tail=30):
+    """What a failed job's log says about its failure, short: its failure lines (at most `matches`, the last
+    ones) and its last `tail` lines. CI prints the whole log when a job ends, but a CI front end that keeps
+    only the end of the output would show the last job's log: this digest comes last, after the table."""
+    try:
+        with open(os.path.join(logs, name.replace(":", "-") + ".log"), errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError as error:
+        return "== %s: no log (%s) ==" % (name, error)
+    found = [line for line in lines if _FAILURE_LINE.search(line.split("] ", 1)[-1])]
+    out = ["", "== why %s failed (%d failure lines, the last %d; then the log's last %d lines) =="
+           % (name, len(found), min(matches, len(found)), min(tail, len(lines)))]
+    out += found[max(len(found) - matches, 0):]
+    out.append("-- last lines of %s --" % name)
+    out += lines[max(len(lines) - tail, 0):]
+    return "\n".join(out)
+
+
 def main(argv):
     if argv[:1] == ["--list"]:
         history = load_history()
@@ -354,6 +378,8 @@ def main(argv):
     print(table(results, t0, read_phases(), cpu=cpu))
     failed = [name for name, (_, _, result) in results.items() if result != "passed"]
     not_run = [job.name for job in jobs if job.name not in results]
+    for name in failed:
+        print(failure_digest(name))
     if failed or not_run:
         print("\nfailed: %s%s" % (", ".join(failed) or "none",
                                   ("; not run: " + ", ".join(not_run)) if not_run else ""))

@@ -142,3 +142,25 @@ def test_cpu_busy_is_read_from_proc_stat(tmp_path):
     stat.write_text("cpu  400 0 200 900 100 0 0 0 0 0\n")
     assert schedule.busy_percent(before, schedule.cpu_times(str(stat))) == 67   # 400 of 600 jiffies busy
     assert schedule.cpu_times(str(tmp_path / "none")) is None and schedule.busy_percent(None, before) is None
+
+
+def test_a_failed_jobs_digest_names_its_failures_and_ends_its_log(tmp_path):
+    passing = ["[00:0%d] ." % i for i in range(9)]
+    log = passing + ["[09:01] FAILED tests/unit/test_x.py::test_y - AssertionError: 1 != 2",
+                     "[09:01] E       assert 1 == 2", "[09:02] 1 failed, 3369 passed in 540s"]
+    (tmp_path / "unit.log").write_text("\n".join(log) + "\n")
+    digest = schedule.failure_digest("unit", logs=str(tmp_path), tail=2)
+    assert "FAILED tests/unit/test_x.py::test_y" in digest
+    assert "E       assert 1 == 2" in digest
+    # the tail: the last two lines only, none of the passing lines before them
+    assert digest.endswith("[09:01] E       assert 1 == 2\n[09:02] 1 failed, 3369 passed in 540s")
+    assert "[00:00] ." not in digest
+    # more failure lines than it keeps: the last ones
+    many = ["[00:00] FAILED t.py::test_%d" % i for i in range(50)]
+    (tmp_path / "molecule-x.log").write_text("\n".join(many) + "\n")
+    digest = schedule.failure_digest("molecule:x", logs=str(tmp_path), matches=5, tail=0)
+    assert "test_49" in digest and "test_45" in digest and "test_44" not in digest
+
+
+def test_a_failed_job_without_a_log_says_so(tmp_path):
+    assert "no log" in schedule.failure_digest("unit", logs=str(tmp_path))
