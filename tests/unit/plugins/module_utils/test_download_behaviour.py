@@ -399,7 +399,17 @@ def test_killed_module_resumes_where_it_stopped(hub, dest, tmp_path):
     module = os.path.join(ROOT, "plugins", "modules", "model_download.py")
     p = subprocess.Popen([sys.executable, module, str(f)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=env)
-    time.sleep(2.2)
+    # Killed once the module has recorded at least 1 MiB (the .part.json ranges, written about once a
+    # second), not after a fixed sleep: on a loaded machine the module may take seconds to start.
+    state, deadline = os.path.join(str(dest), "slow.gguf.part.json"), time.monotonic() + 60
+    while time.monotonic() < deadline and p.poll() is None:
+        try:
+            with open(state) as handle:
+                if sum(end - start for start, end in json.load(handle).get("done") or []) >= MIB:
+                    break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
     p.send_signal(signal.SIGKILL)
     p.communicate()
     time.sleep(0.6)  # let the hub notice the dead peer and log that response before the stats reset
