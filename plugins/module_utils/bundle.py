@@ -227,15 +227,16 @@ def read_manifest(root):
     with os.fdopen(fd, "rb") as f:
         data = f.read(MANIFEST_MAX + 1)
     if len(data) > MANIFEST_MAX:
-        raise BundleError("%s is larger than %d bytes: not a manifest this collection wrote" % (path, MANIFEST_MAX))
+        raise BundleError("%s is larger than %d bytes: not a manifest this collection wrote"
+                          % (path, MANIFEST_MAX))
     try:
         doc = json.loads(data.decode("utf-8"))
     except ValueError as e:
         raise BundleError("%s is not valid JSON (%s): write the bundle again with playbooks/bundle.yml"
                           % (path, e)) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("entries"), list):
-        raise BundleError("%s is not a format-%d bundle manifest: write the bundle again with this collection's "
-                          "playbooks/bundle.yml" % (path, FORMAT))
+        raise BundleError("%s is not a format-%d bundle manifest: write the bundle again with this "
+                          "collection's playbooks/bundle.yml" % (path, FORMAT))
     entries = [_checked_entry(e) for e in doc["entries"]]
     manifest_text(entries)  # duplicates
     return entries
@@ -247,8 +248,8 @@ def _checked_entry(e):
     name = check_name(e.get("name"))
     files = e.get("files")
     if e.get("kind") != kind_of(name) or not isinstance(files, list) or not files:
-        raise BundleError("%s: the manifest entry has no files or a kind other than %s: write the bundle again"
-                          % (name, kind_of(name)))
+        raise BundleError("%s: the manifest entry has no files or a kind other than %s: write the bundle "
+                          "again" % (name, kind_of(name)))
     out = []
     for f in files:
         rel = f.get("path") if isinstance(f, dict) else None
@@ -343,8 +344,8 @@ def by_name(entries):
 
 
 # What a model entry in model_models names its source by: replaced by the bundle's file.
-MODEL_SOURCE_KEYS = ("source", "repo", "filename", "revision", "url", "url_query_var", "endpoint", "token_var",
-                     "allow_patterns", "ignore_patterns")
+MODEL_SOURCE_KEYS = ("source", "repo", "filename", "revision", "url", "url_query_var", "endpoint",
+                     "token_var", "allow_patterns", "ignore_patterns")
 
 
 def sources(entries, models=(), git_ref=None):
@@ -362,13 +363,14 @@ def sources(entries, models=(), git_ref=None):
         name = m.get("name")
         entry = named.get("models/%s" % name) if isinstance(name, str) and PART_RE.match(name) else None
         if m.get("snapshot") is True:
-            problems.append("model %s is a repo snapshot (vLLM): snapshots are not in offline bundles yet; "
-                            "serve a single-file model from the bundle or run where the hub is reachable" % name)
+            problems.append("model %s is a repo snapshot (vLLM): snapshots are not in offline bundles "
+                            "yet; serve a single-file model from the bundle or run where the hub is "
+                            "reachable" % name)
             continue
         if entry is None:
-            problems.append("model %s is not in the bundle (no entry models/%s): add it to model_models where "
-                            "playbooks/bundle.yml runs and write the bundle again, or leave it out of this run"
-                            % (name, name))
+            problems.append("model %s is not in the bundle (no entry models/%s): add it to model_models "
+                            "where playbooks/bundle.yml runs and write the bundle again, or leave it out of "
+                            "this run" % (name, name))
             continue
         if len(entry["files"]) != 1:
             problems.append("models/%s has %d files: a split GGUF set is not served from a bundle yet"
@@ -388,8 +390,9 @@ def sources(entries, models=(), git_ref=None):
     git = named.get("git/llama.cpp")
     if git is not None:
         if git_ref and git["version"] != git_ref:
-            problems.append("git/llama.cpp is commit %s in the bundle, llama_cpp_git_ref pins %s: write the "
-                            "bundle again with this pin, or pin the bundle's commit" % (git["version"], git_ref))
+            problems.append("git/llama.cpp is commit %s in the bundle, llama_cpp_git_ref pins %s: write "
+                            "the bundle again with this pin, or pin the bundle's commit"
+                            % (git["version"], git_ref))
         out["llama_cpp_git_repo"] = os.path.join(_root_of(git), git["files"][0]["path"])
     for e in entries:
         if e["kind"] == "image":

@@ -29,8 +29,9 @@ options:
     required: true
   entries:
     description:
-      - One per entry - C(name) (C(<area>/<name>)), C(version) (the commit, tag or image id it holds), optional
-        C(kind) (defaults to the area's) and C(meta) (a dict kept in the manifest, e.g. an image's C(refs)).
+      - One per entry - C(name) (C(<area>/<name>)), C(version) (the commit, tag or image id it holds),
+        optional C(kind) (defaults to the area's) and C(meta) (a dict kept in the manifest, e.g. an image's
+        C(refs)).
     type: list
     elements: dict
     required: true

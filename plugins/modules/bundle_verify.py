@@ -36,7 +36,8 @@ options:
     elements: dict
     default: []
   git_ref:
-    description: The llama.cpp commit the run pins (C(llama_cpp_git_ref)); the bundle's C(git/llama.cpp) must be it.
+    description:
+      - The llama.cpp commit the run pins (C(llama_cpp_git_ref)); the bundle's C(git/llama.cpp) must be it.
     type: str
 extends_documentation_fragment:
   - llmops.serving.attributes
@@ -84,7 +85,8 @@ ARGUMENT_SPEC = dict(
 
 
 def main():
-    run_module(AnsibleModule, "bundle_verify", _run, argument_spec=ARGUMENT_SPEC, expected=(bundle.BundleError,))
+    run_module(AnsibleModule, "bundle_verify", _run, argument_spec=ARGUMENT_SPEC,
+               expected=(bundle.BundleError,))
 
 
 def _run(module):

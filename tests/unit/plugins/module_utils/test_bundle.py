@@ -2,14 +2,13 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The offline bundle's manifest: written, read back, and every kind of mismatch refused (module_utils/bundle)."""
+"""The offline bundle's manifest: written, read back, every kind of mismatch refused (module_utils/bundle)."""
 import hashlib
 import json
 import os
 import time
 
 import pytest
-
 from ansible_collections.llmops.serving.plugins.module_utils import bundle
 
 PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
@@ -56,7 +55,8 @@ def test_round_trip(made):
     assert model["files"] == [{"path": "models/tiny/tiny.gguf", "size": len(data),
                                "sha256": hashlib.sha256(data).hexdigest()}]
     repo = got["packages/debian"]
-    assert [f["path"] for f in repo["files"]] == ["packages/debian/Packages", "packages/debian/probe_1.0_all.deb"]
+    assert [f["path"] for f in repo["files"]] == ["packages/debian/Packages",
+                                                  "packages/debian/probe_1.0_all.deb"]
     assert repo["sha256"] == bundle.listing_sha256(repo["files"]) and repo["meta"] == {"format": "deb"}
     assert repo["abspath"] == os.path.join(str(made), "packages/debian")
 
@@ -108,7 +108,8 @@ def test_unlisted_file_outside_entries_reported_and_ignored(made):
     _put(made, "README.txt", b"notes")
     _put(made, "other/thing", b"x")
     _entries, notes = bundle.verify(str(made))
-    assert notes == ["README.txt is not part of any entry; ignored", "other/thing is not part of any entry; ignored"]
+    assert notes == ["README.txt is not part of any entry; ignored",
+                     "other/thing is not part of any entry; ignored"]
 
 
 def test_listed_file_replaced_by_a_link_refused(made):
