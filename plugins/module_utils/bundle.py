@@ -178,6 +178,12 @@ def describe(root, entry, block=BLOCK):
         files.append({"path": rel, "size": size, "sha256": digest})
     if not files:
         raise BundleError("%s: %s holds no file" % (name, top))
+    verified = entry.get("sha256")
+    if verified and (len(files) != 1 or files[0]["sha256"] != verified):
+        # the digest the source's own verification gave (model_download): the bundle never lists other bytes
+        raise BundleError("%s: %s is not the verified file (sha256 %s): %s. Nothing was listed; write the "
+                          "entry again" % (name, top, verified, ", ".join(
+                              "%s has %s" % (f["path"], f["sha256"]) for f in files)))
     version = entry.get("version")
     if not isinstance(version, str) or not version.strip():
         raise BundleError("%s: give its version (a commit, tag or image digest)" % name)
@@ -348,13 +354,14 @@ MODEL_SOURCE_KEYS = ("source", "repo", "filename", "revision", "url", "url_query
                      "token_var", "allow_patterns", "ignore_patterns")
 
 
-def sources(entries, models=(), git_ref=None):
+def sources(entries, models=(), git_ref=None, web_ui=False):
     """What the roles take from a verified bundle (the entries verify() returned): ``model_models`` with each
     model's source replaced by its file in the bundle (``file://`` URL, the manifest's sha256 and size: the
-    model role's own verification checks the copy), ``llama_cpp_git_repo`` (the git bundle file) when the
-    bundle has llama.cpp, and the ``images`` to load.  Refuses a model the bundle lacks (the run would reach
-    out for it), a snapshot (not bundled yet), a pin that differs from the bundle's (a model's sha256 or
-    size, llama.cpp's commit)."""
+    model role's own verification checks the copy), ``llama_cpp`` (the llama_cpp role's archive source: the
+    tarball of the pinned tree, ``git archive``) when the bundle has llama.cpp, the ``images`` to load and the
+    ``packages`` repositories.  Refuses a model the bundle lacks (the run would reach out for it), a snapshot
+    (not bundled yet), a pin that differs from the bundle's (a model's sha256 or size, llama.cpp's commit),
+    and llama.cpp's web UI (the pinned tree downloads it from Hugging Face while it builds)."""
     named = by_name(entries)
     problems = []
     out = {"images": [], "packages": []}
@@ -393,7 +400,13 @@ def sources(entries, models=(), git_ref=None):
             problems.append("git/llama.cpp is commit %s in the bundle, llama_cpp_git_ref pins %s: write "
                             "the bundle again with this pin, or pin the bundle's commit"
                             % (git["version"], git_ref))
-        out["llama_cpp_git_repo"] = os.path.join(_root_of(git), git["files"][0]["path"])
+        if web_ui:
+            problems.append("llama_cpp_web_ui is on, but the pinned llama.cpp downloads its web UI from "
+                            "Hugging Face while it builds, which a bundle does not hold yet: set "
+                            "llama_cpp_web_ui: false for an offline install")
+        tarball = os.path.join(_root_of(git), git["files"][0]["path"])
+        out["llama_cpp"] = {"llama_cpp_source_type": "archive", "llama_cpp_archive_url": "file://" + tarball,
+                            "llama_cpp_archive_sha256": git["files"][0]["sha256"]}
     for e in entries:
         if e["kind"] == "image":
             out["images"].append({"name": e["name"], "version": e["version"],

@@ -21,7 +21,7 @@ description:
     inside an entry's directory. Fails naming each entry and file that does not match, and what to do.
   - All sizes are checked before any byte is hashed; every file is then read once, in 1 MiB blocks.
   - Returns what the roles take from the bundle (O(models) with their sources replaced by the bundle's
-    files, the git bundle of llama.cpp, the images and package repositories), refusing a model the bundle
+    files, the tarball of llama.cpp at the pin, the images and package repositories), refusing a model the bundle
     lacks and a pin that differs from the bundle's.
   - The logic is in C(plugins/module_utils/bundle.py). Read-only.
 options:
@@ -39,6 +39,11 @@ options:
     description:
       - The llama.cpp commit the run pins (C(llama_cpp_git_ref)); the bundle's C(git/llama.cpp) must be it.
     type: str
+  web_ui:
+    description:
+      - Whether the run builds llama.cpp with its web UI (C(llama_cpp_web_ui)); a bundle cannot serve that yet.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - llmops.serving.attributes
   - llmops.serving.attributes.info_module
@@ -67,7 +72,8 @@ notes:
 sources:
   description:
     - C(model_models) (each model's C(url) a C(file://) URL into the bundle, with the manifest's C(sha256) and
-      C(size)), C(llama_cpp_git_repo) (when the bundle has C(git/llama.cpp)), C(images) (C(name), C(file),
+      C(size)), C(llama_cpp) (the llama_cpp role's archive source, when the bundle has C(git/llama.cpp): the
+      pinned tree as C(git archive) wrote it), C(images) (C(name), C(file),
       C(version), C(refs)), C(packages) (C(name), C(repo), C(path), C(format)).
   returned: success
   type: dict
@@ -81,6 +87,7 @@ ARGUMENT_SPEC = dict(
     path=dict(type="path", required=True),
     models=dict(type="list", elements="dict", default=[]),
     git_ref=dict(type="str"),
+    web_ui=dict(type="bool", default=False),
 )
 
 
@@ -92,7 +99,7 @@ def main():
 def _run(module):
     p = module.params
     entries, notes = bundle.verify(p["path"])
-    found = bundle.sources(entries, p["models"], p["git_ref"])
+    found = bundle.sources(entries, p["models"], p["git_ref"], p["web_ui"])
     for note in notes:
         module.warn(note)
     module.exit_json(changed=False, entries=entries, notes=notes, sources=found)

@@ -26,7 +26,7 @@ def _put(root, rel, data):
 def made(tmp_path):
     """A bundle with a model, the llama.cpp git bundle and a two-file package repository, and its manifest."""
     _put(tmp_path, "models/tiny/tiny.gguf", b"GGUF" + bytes(range(256)) * 40)
-    _put(tmp_path, "git/llama.cpp/llama.cpp.bundle", b"# v2 git bundle\n" + b"x" * 1000)
+    _put(tmp_path, "git/llama.cpp/llama.cpp.tar.gz", b"\x1f\x8b" + b"x" * 1000)
     _put(tmp_path, "packages/debian/Packages", b"Package: probe\n")
     _put(tmp_path, "packages/debian/probe_1.0_all.deb", b"!<arch>\n" + b"d" * 500)
     specs = [{"name": "models/tiny", "version": "a" * 40},
@@ -87,12 +87,12 @@ def test_size_off_by_one_refused(made, delta):
 
 
 def test_one_byte_changed_refused(made):
-    path = os.path.join(str(made), "git/llama.cpp/llama.cpp.bundle")
+    path = os.path.join(str(made), "git/llama.cpp/llama.cpp.tar.gz")
     data = bytearray(open(path, "rb").read())
     data[500] ^= 1
-    _put(made, "git/llama.cpp/llama.cpp.bundle", bytes(data))
+    _put(made, "git/llama.cpp/llama.cpp.tar.gz", bytes(data))
     err = _refused(made)
-    assert "git/llama.cpp: git/llama.cpp/llama.cpp.bundle has sha256 %s" % hashlib.sha256(data).hexdigest() \
+    assert "git/llama.cpp: git/llama.cpp/llama.cpp.tar.gz has sha256 %s" % hashlib.sha256(data).hexdigest() \
         in err.msg and "(altered)" in err.msg
     assert len(err.problems) == 1
 
@@ -193,7 +193,10 @@ def test_sources_models_git_and_repos(made):
     assert got["model_models"] == [{"name": "tiny", "dest": "tiny", "url": "file://" + path,
                                     "sha256": hashlib.sha256(open(path, "rb").read()).hexdigest(),
                                     "size": os.path.getsize(path)}]
-    assert got["llama_cpp_git_repo"] == os.path.join(str(made), "git/llama.cpp/llama.cpp.bundle")
+    tarball = os.path.join(str(made), "git/llama.cpp/llama.cpp.tar.gz")
+    assert got["llama_cpp"] == {
+        "llama_cpp_source_type": "archive", "llama_cpp_archive_url": "file://" + tarball,
+        "llama_cpp_archive_sha256": hashlib.sha256(open(tarball, "rb").read()).hexdigest()}
     assert got["packages"] == [{"name": "packages/debian", "repo": "debian", "format": "deb",
                                 "path": os.path.join(str(made), "packages/debian")}]
 
@@ -203,9 +206,20 @@ def test_sources_refuses_what_the_bundle_lacks_or_contradicts(made):
     with pytest.raises(bundle.BundleError) as e:
         bundle.sources(entries, [{"name": "other", "repo": "o/x", "filename": "x.gguf"},
                                  {"name": "tiny", "repo": "o/t", "filename": "tiny.gguf", "sha256": "b" * 64},
-                                 {"name": "snap", "repo": "o/s", "snapshot": True}], "1" * 40)
+                                 {"name": "snap", "repo": "o/s", "snapshot": True}], "1" * 40, web_ui=True)
     msg = e.value.msg
     assert "model other is not in the bundle" in msg
     assert "model tiny pins sha256 %s" % ("b" * 64) in msg
     assert "model snap is a repo snapshot" in msg
     assert "git/llama.cpp is commit %s in the bundle, llama_cpp_git_ref pins %s" % (PIN, "1" * 40) in msg
+    assert "llama_cpp_web_ui is on" in msg
+
+
+def test_describe_refuses_bytes_other_than_the_verified_ones(tmp_path):
+    _put(tmp_path, "models/m/m.gguf", b"what the hub sent")
+    with pytest.raises(bundle.BundleError) as e:
+        bundle.describe(str(tmp_path), {"name": "models/m", "version": "v", "sha256": "c" * 64})
+    assert "is not the verified file (sha256 %s)" % ("c" * 64) in e.value.msg
+    good = hashlib.sha256(b"what the hub sent").hexdigest()
+    entry = bundle.describe(str(tmp_path), {"name": "models/m", "version": "v", "sha256": good})
+    assert entry["sha256"] == good
