@@ -21,8 +21,8 @@ description:
     inside an entry's directory. Fails naming each entry and file that does not match, and what to do.
   - All sizes are checked before any byte is hashed; every file is then read once, in 1 MiB blocks.
   - Returns what the roles take from the bundle (O(models) with their sources replaced by the bundle's
-    files, the tarball of llama.cpp at the pin, the images and package repositories), refusing a model the bundle
-    lacks and a pin that differs from the bundle's.
+    files, the tarball of llama.cpp at the pin, the images and package repositories), refusing a model the
+    bundle lacks and a pin that differs from the bundle's.
   - The logic is in C(plugins/module_utils/bundle.py). Read-only.
 options:
   path:
@@ -41,7 +41,8 @@ options:
     type: str
   web_ui:
     description:
-      - Whether the run builds llama.cpp with its web UI (C(llama_cpp_web_ui)); a bundle cannot serve that yet.
+      - Whether the run builds llama.cpp with its web UI (C(llama_cpp_web_ui)); a bundle cannot serve that
+        yet.
     type: bool
     default: false
 extends_documentation_fragment:
