@@ -59,6 +59,8 @@ _PART = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}"
 NAME_RE = re.compile(r"(?:%s)/%s\Z" % ("|".join(sorted(AREAS)), _PART))
 PART_RE = re.compile(_PART + r"\Z")
 HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+# The bundle's path reaches apt's and yum's repository files and file:// URLs: one word, no quoting needed.
+SAFE_ROOT = re.compile(r"/[A-Za-z0-9._+/-]*\Z")
 
 
 class BundleError(Exception):
@@ -278,6 +280,10 @@ def verify(root, block=BLOCK):
     """Check every file of the manifest against the bundle.  Returns (entries, notes): the entries (each with
     ``abspath``, the entry's directory) and what was ignored (files outside every entry).  Raises
     BundleError naming every problem, before reading further bytes once a size is wrong."""
+    if not isinstance(root, str) or not SAFE_ROOT.match(os.path.abspath(root)):
+        raise BundleError("the bundle's path %r goes into apt/yum repository files and file:// URLs: use "
+                          "an absolute path of letters, digits and . _ + - / (no spaces), e.g. "
+                          "/srv/llmops-bundle" % (root,))
     root = os.path.abspath(root)
     entries = read_manifest(root)
     problems = []

@@ -223,3 +223,10 @@ def test_describe_refuses_bytes_other_than_the_verified_ones(tmp_path):
     good = hashlib.sha256(b"what the hub sent").hexdigest()
     entry = bundle.describe(str(tmp_path), {"name": "models/m", "version": "v", "sha256": good})
     assert entry["sha256"] == good
+
+
+@pytest.mark.parametrize("bad", ["/srv/my bundle", "/srv/b\nDir::Etc::x", "/srv/b]"])
+def test_a_path_that_would_be_syntax_in_a_repository_file_is_refused(bad):
+    with pytest.raises(bundle.BundleError) as e:
+        bundle.verify(bad)
+    assert "goes into apt/yum repository files" in e.value.msg
