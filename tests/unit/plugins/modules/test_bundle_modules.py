@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """bundle_manifest and bundle_verify as Ansible runs them: check mode writes nothing, a second run changes
-nothing, a tampered bundle fails with the entry named (the logic: tests/unit/plugins/module_utils/test_bundle.py)."""
+nothing, a tampered bundle fails naming the entry (logic: tests/unit/plugins/module_utils/test_bundle.py)."""
 import json
 import os
 
