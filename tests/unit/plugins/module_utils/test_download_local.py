@@ -115,3 +115,18 @@ def test_local_answers(src, tmp_path):
     assert download_local.answer("GET", str(link), {}).status == 403
     assert download_local.answer("GET", str(tmp_path), {}).status == 403
     assert download_local.answer("GET", str(tmp_path / "absent"), {}).status == 404
+
+
+def test_gguf_info_reads_the_header_of_a_bundle_file_without_a_sha256(tmp_path):
+    """Preflight reads each model's header before the download (roles/model/tasks/headers.yml): for a bundle's
+    model that is a file:// url, read like a remote one (gguf_info writes nothing, so no sha256 is needed)."""
+    from ansible_collections.llmops.serving.plugins.module_utils import gguf, gguf_remote
+
+    from tests.fixtures.gguf.builder import tiny_qwen35
+    path = tmp_path / "bundle" / "models" / "m" / "m.gguf"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(tiny_qwen35().build().data)
+    remote = gguf_remote.inspect_remote({"url": "file://%s" % path, "timeout": 5})
+    local = gguf.inspect(str(path))
+    assert remote["architecture"] == local["architecture"] == "qwen35"
+    assert remote["block_count"] == local["block_count"] and remote["remote"]["size"] == path.stat().st_size
