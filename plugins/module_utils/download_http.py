@@ -30,6 +30,7 @@ from http import client as http_client
 from urllib.parse import urljoin, urlsplit, urlunsplit
 from urllib.request import getproxies, proxy_bypass
 
+from ansible_collections.llmops.serving.plugins.module_utils.download_local import LocalConnection
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (
     DownloadError,
     Retryable,
@@ -171,6 +172,8 @@ class Session:
                 c.set_tunnel(host)
             else:
                 c = http_client.HTTPSConnection(host, timeout=self.timeout, context=ctx)
+        elif scheme == "file":
+            c = LocalConnection()  # a file on the node (an offline bundle's model): no network, no proxy
         elif scheme == "http":
             if proxy:
                 p = urlsplit(proxy)
@@ -179,7 +182,7 @@ class Session:
             else:
                 c = http_client.HTTPConnection(host, timeout=self.timeout)
         else:
-            raise DownloadError("unsupported URL scheme %r: use http or https" % scheme)
+            raise DownloadError("unsupported URL scheme %r: use http, https or file" % scheme)
         self._conns[key] = c
         return c, False
 

@@ -174,18 +174,25 @@ def _check_filename(filename):
                             "leading or trailing /)" % filename)
 
 
-def _check_url(name, url):
-    """An http(s) URL with a host (a port, when given, a number): else DownloadError naming the option (the
-    URL is shown without its query and userinfo)."""
+def _check_url(name, url, pinned=False):
+    """An http(s) URL with a host (a port, when given, a number), or for ``url`` with a pinned sha256 or for a
+    reader (``pinned``) a ``file:///`` URL of an absolute path on the node (an offline bundle's file:
+    download_local.py): else DownloadError naming the option (the URL is shown without its query and
+    userinfo). The sha256 is required for a file: the module runs as root, and copying a file of the node
+    that the caller could not name the digest of (/etc/shadow) into the models directory would disclose it."""
     try:
         p = urlsplit(url)
         ok = p.scheme in ("http", "https") and bool(p.hostname)
         p.port  # noqa: B018 - raises ValueError for a port that is not a number
+        if name == "url" and p.scheme == "file":
+            ok = pinned and not p.netloc and p.path.startswith("/") and not p.query and not p.fragment
     except ValueError:
         ok = False
     if not ok:
-        raise DownloadError("%s must be an http(s) URL with a host, such as https://hf-mirror.com, got %r"
-                            % (name, redact_url(url)))
+        raise DownloadError("%s must be an http(s) URL with a host, such as https://hf-mirror.com%s, got %r"
+                            % (name, " (or file:///absolute/path/model.gguf with its sha256)"
+                               if name == "url" else "",
+                               redact_url(url)))
 
 
 def _join_query(o):
@@ -202,7 +209,9 @@ def _join_query(o):
     o["url"] = o["url"] + ("&" if "?" in o["url"] else "?") + query
 
 
-def normalize(params):
+def normalize(params, reads_only=False):
+    """The options, checked and completed. ``reads_only``: the caller writes nothing of the file (gguf_info
+    reads a header, as it reads any ``path``), so a ``file://`` url needs no sha256."""
     o = dict(DEFAULTS)
     o.update(dict((k, v) for k, v in params.items() if v is not None))
     for name in NAMES:
@@ -240,7 +249,8 @@ def normalize(params):
             raise DownloadError("repo must look like 'org/name', got %r" % o["repo"])
         _check_filename(o["filename"])
         _hub_defaults(o, params)
-    _check_url("endpoint" if o["repo"] else "url", o["endpoint"] if o["repo"] else o["url"])
+    _check_url("endpoint" if o["repo"] else "url", o["endpoint"] if o["repo"] else o["url"],
+               pinned=reads_only or bool((o["sha256"] or "").strip()))
     _join_query(o)
     if o["token"] and BAD_TOKEN_CHARS.search(o["token"]):
         raise DownloadError("token contains whitespace or control characters (often a trailing newline from "

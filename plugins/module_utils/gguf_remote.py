@@ -98,7 +98,7 @@ class RemoteGGUF(object):
     def __init__(self, params, first_window=FIRST_WINDOW, max_window=MAX_WINDOW):
         given = dict(HEADER_READ_DEFAULTS)
         given.update((k, params[k]) for k in REMOTE_OPTIONS if params.get(k) is not None)
-        self.options = normalize(dict(given, dest=NO_DEST))
+        self.options = normalize(dict(given, dest=NO_DEST), reads_only=True)
         o = self.options
         self.token = o["token"]
         self.session = CountingSession(token=o["token"], timeout=o["timeout"],

@@ -62,7 +62,8 @@ options:
     type: path
   url:
     description:
-      - A plain HTTP(S) URL of a GGUF file whose header is read remotely, instead of O(path).
+      - A plain HTTP(S) URL of a GGUF file whose header is read remotely, instead of O(path); or a
+        C(file:///absolute/path) on the node (an offline bundle's model), read the same way.
       - Its query string is masked in the result, as for model_download; a query that carries a credential
         (a signed URL) belongs in O(url_query).
     type: str

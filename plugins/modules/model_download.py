@@ -89,6 +89,9 @@ options:
     description:
       - A plain HTTP(S) URL instead of O(repo)/O(filename) (O(source), O(revision) and O(endpoint) are then
         not used). Give O(sha256) to have it verified.
+      - Or a C(file:///absolute/path) of a file on the node (an offline bundle's model), with O(sha256)
+        (required for a file); it is copied through the same verification as a download (size, sha256,
+        quarantine, sidecar record), so bytes that do not match never reach the final path.
       - Its query string is masked (C(********)) in this module's result, C(invocation.module_args)
         included, which AWX stores. Ansible has written the module's arguments to the node's log (journal
         or syslog) before the module runs, so a query that carries a credential (a signed URL's

@@ -56,10 +56,11 @@ def test_site_marks_every_stage_after_preflight_as_part_of_the_run():
     imports = [(p["ansible.builtin.import_playbook"], p.get("vars") or {})
                for p in load_yaml(os.path.join(ROOT, "site.yml"))]
     assert [name for name, _vars in imports] == [
-        "playbooks/bootstrap.yml", "playbooks/preflight.yml", "playbooks/gpu_host.yml", "playbooks/build.yml",
+        "playbooks/offline_bundle.yml", "playbooks/bootstrap.yml", "playbooks/preflight.yml",
+        "playbooks/gpu_host.yml", "playbooks/build.yml",
         "playbooks/models.yml", "playbooks/serve.yml", "playbooks/validate.yml", "playbooks/refused.yml"]
     # the last one only fails naming the instances the run left out (it gathers nothing)
-    assert [bool(v.get("llmops_site_run")) for _name, v in imports] == [False, False] + [True] * 5 + [False]
+    assert [bool(v.get("llmops_site_run")) for _name, v in imports] == [False] * 3 + [True] * 5 + [False]
     assert load_yaml(os.path.join(ROOT, "playbooks", "refused.yml"))[0]["gather_facts"] is False
 
 

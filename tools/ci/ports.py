@@ -33,6 +33,8 @@ SCENARIO_PORTS = {
     "gpu_host": (),
     "model": (),
     "llama_cpp": (),
+    # the offline bundle's node has no route out and listens on nothing; the block is reserved for it
+    "bundle": ((18400, 18409),),
 }
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column

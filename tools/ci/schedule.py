@@ -79,6 +79,9 @@ JOBS = (
     _molecule("vllm", estimate=420),
     _molecule("fleet", estimate=600),
     _molecule("ray", estimate=300),
+    # the offline bundle: writes a bundle on the host (a 37 MB llama.cpp tarball, the tiny model), then installs
+    # from it on a node without a route out; no compile
+    _molecule("bundle", estimate=300),
     Job("unit_llama_server", ["nox", "--no-venv", "-s", "unit_llama_server"], needs=AFTER_COMPILE,
         estimate=120),
 )
