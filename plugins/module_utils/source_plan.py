@@ -51,13 +51,17 @@ BUNDLE_FOLDERS = {
     "binary": "binaries",
 }
 KINDS = tuple(sorted(BUNDLE_FOLDERS))
-# HTTP statuses that prove the source answers as what it is: a registry's /v2/ and a git remote or a hub API
-# may ask for credentials (401/403: reachable, the run brings them); a repository's metadata file must be there.
+# HTTP statuses that prove the source answers as what it is: a registry's /v2/ and a git remote may ask for
+# credentials (401/403: reachable, the run brings them); a repository's metadata file must be there. A hub
+# counts as reached by any answer short of a server error: mirrors implement its API unevenly, and whether
+# the repo is there is the headers step's question (it names the repo and the file).
 _ANSWERS = {
     "image": (200, 401, 403),
     "git": (200, 401, 403),
-    "hf": (200, 401, 403),
-    "modelscope": (200, 401, 403),
+    "hf": tuple(range(200, 500)),
+    "modelscope": tuple(range(200, 500)),
+    # a model's own URL is probed without its signed query string (never sent anywhere but the download)
+    "url": (200, 206, 401, 403),
 }
 _DEFAULT_ANSWERS = (200, 206)
 # Docker Hub's registry API lives at registry-1.docker.io, whatever the image reference says.
@@ -87,8 +91,9 @@ def image_bundle_name(reference):
 
 
 def _expand(url):
-    # yum's variables in a baseurl, as yum fills them on an EL 7 x86_64 node
-    return url.replace("$basearch", "x86_64").replace("$releasever", "7")
+    # yum's variables in a baseurl as yum fills them on an EL 7 x86_64 node; apt's $(ARCH) in a flat
+    # repository's URI (the NVIDIA container toolkit's deb/$(ARCH)) as apt fills it on amd64
+    return url.replace("$basearch", "x86_64").replace("$releasever", "7").replace("$(ARCH)", "amd64")
 
 
 def registry_host(reference):
@@ -107,7 +112,7 @@ def probe_url(kind, url, extra=None):
         return _expand(base) + "/repodata/repomd.xml"
     if kind == "apt":
         suite = extra.get("suite") or ""
-        return base + ("/dists/%s/Release" % suite if suite else "/Release")
+        return _expand(base) + ("/dists/%s/Release" % suite if suite else "/Release")
     if kind == "image":
         host = registry_host(url)
         if host in _DOCKER_HUB:
@@ -115,7 +120,8 @@ def probe_url(kind, url, extra=None):
         scheme = "http" if _is_loopback(host.rsplit(":", 1)[0].strip("[]")) else "https"
         return "%s://%s/v2/" % (scheme, host)
     if kind == "git":
-        return base + "/info/refs?service=git-upload-pack"
+        # a file:// remote is a repository on the node: its directory is what git needs
+        return base if base.startswith("file://") else base + "/info/refs?service=git-upload-pack"
     if kind == "hf":
         return base + "/api/models/" + extra.get("repo", "")
     if kind == "modelscope":
@@ -134,7 +140,16 @@ def _text(entry, field, required=True):
     return str(value).strip()
 
 
-def plan(entries):
+def hub_endpoint(kind, url, environ):
+    """A hub source's endpoint as model_download resolves it: the entry's, else the node's environment
+    (HF_ENDPOINT, MODELSCOPE_DOMAIN), else the hub's default."""
+    from ansible_collections.llmops.serving.plugins.module_utils.download_options import HUBS
+    hub = HUBS["huggingface" if kind == "hf" else "modelscope"]
+    endpoint = url or (environ or {}).get(hub["endpoint_env"]) or hub["endpoint"]
+    return (endpoint if "://" in endpoint else "https://" + endpoint).rstrip("/")
+
+
+def plan(entries, environ=None):
     """One list of sources from the roles' raw entries. An entry: name, kind (KINDS), url (for an image: the
     reference), why (the role and stage that needs it), key (the llmops_mirrors key that replaces it; ''
     where none does), and optionally bundle (a name under the kind's bundle folder), suite (apt), repo (hubs),
@@ -150,7 +165,10 @@ def plan(entries):
             raise SourcePlanError("source %r: unknown kind %r (one of %s)" % (entry.get("name"), kind,
                                                                                ", ".join(KINDS)))
         name = _text(entry, "name")
-        url = _text(entry, "url")
+        if kind in ("hf", "modelscope"):
+            url = hub_endpoint(kind, _text(entry, "url", required=False), environ)
+        else:
+            url = _text(entry, "url")
         bundle_name = entry.get("bundle") or (image_bundle_name(url) if kind == "image" else name)
         target = probe_url(kind, url, entry)
         why = _text(entry, "why")
@@ -250,8 +268,9 @@ def _have_one(spec, runner, manager):
     checks = []
     if "packages" in spec:
         checks.append(packages_installed(spec["packages"], spec.get("manager") or manager, runner))
-    if "image" in spec:
-        checks.append(image_present(spec["image"], runner, spec.get("docker") or "docker"))
+    if "image" in spec:  # a reference, or a list of references any one of which will do
+        refs = spec["image"] if isinstance(spec["image"], list) else [spec["image"]]
+        checks.append(any(image_present(ref, runner, spec.get("docker") or "docker") for ref in refs))
     if "git_tree" in spec:
         checks.append(git_tree_at(spec["git_tree"]["root"], spec["git_tree"]["commit"], runner))
     if "model" in spec:

@@ -126,7 +126,7 @@ def _run(module):
     def runner(argv):
         return module.run_command(argv, environ_update={"LC_ALL": "C"})
 
-    sources = source_plan.plan(p["sources"])
+    sources = source_plan.plan(p["sources"], os.environ)
     to_probe = []
     for source in sources:
         source["error"] = None

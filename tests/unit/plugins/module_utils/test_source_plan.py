@@ -256,12 +256,27 @@ def test_the_environment_file_is_read_and_the_process_environment_wins():
 def test_the_refusal_names_every_unreachable_source_its_error_and_its_key_or_bundle():
     plan = sp.plan([entry("docker-ce", "yum", "https://download.docker.com/x", "docker_ce",
                           why="nvidia_container_toolkit (GPU host stage)"),
-                    entry("web-ui", "url", "https://huggingface.co/", "", why="llama_cpp_web_ui (build)")])
+                    entry("web-ui", "binary", "https://huggingface.co/", "", why="llama_cpp_web_ui (build)")])
     text = sp.refusal([(plan[0], "TCP connect to download.docker.com:443 failed: timed out"),
                        (plan[1], "no answer within 10s")], "node-01")
     assert text.startswith("2 source(s) this run needs cannot be reached from node-01; nothing was changed")
     assert ("- docker-ce (yum https://download.docker.com/x): TCP connect to download.docker.com:443 failed: "
             "timed out; needed by nvidia_container_toolkit (GPU host stage); set llmops_mirrors.docker_ce to a "
             "mirror the node reaches or stage packages/docker-ce of the offline bundle.") in text
-    assert "- web-ui (url https://huggingface.co/): no answer within 10s" in text
-    assert "no llmops_mirrors key replaces it or stage models/web-ui" in text
+    assert "- web-ui (binary https://huggingface.co/): no answer within 10s" in text
+    assert "no llmops_mirrors key replaces it or stage binaries/web-ui" in text
+
+
+def test_a_file_git_remote_is_its_directory_on_the_node(tmp_path):
+    (source,) = sp.plan([entry("llama.cpp", "git", "file://%s/llama.cpp.git" % tmp_path, "llama_cpp_git")])
+    assert source["probe"] == "file://%s/llama.cpp.git" % tmp_path
+    assert sp.probe_all([source], {}, 2)["llama.cpp"].endswith("does not exist on the node")
+    (tmp_path / "llama.cpp.git").mkdir()
+    assert sp.probe_all([source], {}, 2)["llama.cpp"] is None
+
+
+def test_a_hub_that_answers_is_reached_even_without_the_api_and_a_closed_one_is_not():
+    with SourceServer() as server:
+        plan = sp.plan([entry("hub", "hf", server.url, "hf", repo="o/r")])
+        assert sp.probe_all(plan, {}, 2)["hub"] is None      # 404 at /api/models/o/r: the hub answered
+    assert sp.probe_one(dict(plan[0], probe="http://127.0.0.1:%d/api" % closed_port()), {}, 2)
