@@ -4,14 +4,14 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The source plan: every place a run fetches from, probed from the node before anything changes.
 
-Each role that fetches contributes its sources in preflight (its ``sources`` entry point appends raw entries
-to ``llmops_sources``); ``plan()`` turns them into one list - kind, URL, the URL probed, the ``llmops_mirrors``
-key that replaces the source and the offline bundle entry that stages it - merging the ones several roles
-need. ``have()`` says whether the node already has what a source would give (packages installed, an image by
-digest, a verified model, a llama.cpp tree at the pin): those are not probed. ``probe_all()`` probes the rest
-concurrently under one deadline (TCP connect, then one HTTP(S) request; the node's proxy variables for
-outside hosts, none for loopback); ``refusal()`` names every unreachable source with its error and its way
-out.
+Each role that fetches contributes its sources in preflight (its ``sources`` entry point appends raw
+entries to ``llmops_sources``); ``plan()`` turns them into one list - kind, URL, the URL probed, the
+``llmops_mirrors`` key that replaces the source and the offline bundle entry that stages it - merging the
+ones several roles need. ``have()`` says whether the node already has what a source would give (packages
+installed, an image by digest, a verified model, a llama.cpp tree at the pin): those are not probed.
+``probe_all()`` probes the rest concurrently under one deadline (TCP connect, then one HTTP(S) request; the
+node's proxy variables for outside hosts, none for loopback); ``refusal()`` names every unreachable source
+with its error and its way out.
 
 The bundle entry names (``bundle_entry``) are defined here and nowhere else: the offline bundle helper and
 docs/mirrors.md follow them.
@@ -26,7 +26,6 @@ import re
 import socket
 import threading
 import time
-
 from urllib import request as urlrequest
 from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit

@@ -35,18 +35,20 @@ def test_the_plan_lists_each_source_with_its_probe_key_and_bundle_entry():
     ])
     got = dict((s["name"], (s["probe"], s["key"], s["bundle"])) for s in plan)
     assert got == {
-        "docker-ce": ("https://download.docker.com/linux/centos/7/x86_64/stable/repodata/repomd.xml", "docker_ce",
-                      "packages/docker-ce"),
-        "nvidia-cuda": ("https://cuda.lan/repos/debian12/x86_64/Release", "nvidia_cuda", "packages/nvidia-cuda"),
-        "builder": ("https://registry.lan:5000/v2/", "registry", "images/nvidia_cuda_12.4.1-devel-ubuntu22.04"),
+        "docker-ce": ("https://download.docker.com/linux/centos/7/x86_64/stable/repodata/repomd.xml",
+                      "docker_ce", "packages/docker-ce"),
+        "nvidia-cuda": ("https://cuda.lan/repos/debian12/x86_64/Release", "nvidia_cuda",
+                        "packages/nvidia-cuda"),
+        "builder": ("https://registry.lan:5000/v2/", "registry",
+                    "images/nvidia_cuda_12.4.1-devel-ubuntu22.04"),
         "vllm": ("https://registry-1.docker.io/v2/", "registry", "images/vllm_vllm-openai_v0.33.0"),
         "llama.cpp": ("https://github.com/ggml-org/llama.cpp.git/info/refs?service=git-upload-pack",
                       "llama_cpp_git", "git/llama.cpp"),
         "qwen": ("https://hf-mirror.com/api/models/unsloth/Qwen3-GGUF", "hf", "models/qwen"),
         "qwen-ms": ("https://www.modelscope.cn/api/v1/models/org/name", "modelscope", "models/qwen-ms"),
         "vllm-wheels": ("https://pypi.lan/simple/vllm/", "pypi", "packages/vllm-wheels"),
-        "node_exporter": ("https://github.com/x/node_exporter-1.5.0.linux-amd64.tar.gz", "prometheus_releases",
-                          "binaries/node_exporter-1.5.0.linux-amd64.tar.gz"),
+        "node_exporter": ("https://github.com/x/node_exporter-1.5.0.linux-amd64.tar.gz",
+                          "prometheus_releases", "binaries/node_exporter-1.5.0.linux-amd64.tar.gz"),
     }
 
 
@@ -97,7 +99,8 @@ class Runner(object):
 def test_a_repository_whose_packages_are_all_installed_is_not_needed():
     source = sp.plan([entry("docker-ce", "yum", "https://x/stable", "docker_ce",
                             have={"packages": ["docker-ce-26.1.4", "containerd.io-1.6.33"]})])[0]
-    both = Runner({("rpm", "-q", "docker-ce-26.1.4"): (0, ""), ("rpm", "-q", "containerd.io-1.6.33"): (0, "")})
+    both = Runner({("rpm", "-q", "docker-ce-26.1.4"): (0, ""),
+                   ("rpm", "-q", "containerd.io-1.6.33"): (0, "")})
     assert sp.have(source, both, "rpm")
     one = Runner({("rpm", "-q", "docker-ce-26.1.4"): (0, "")})
     assert not sp.have(source, one, "rpm")
@@ -118,7 +121,8 @@ def test_a_source_two_roles_need_is_probed_unless_both_find_it_on_the_node():
     source = sp.plan([entry("img", "image", "nvidia/cuda:12.4.1-base", "registry", why="a",
                             have={"image": "nvidia/cuda:12.4.1-base"}),
                       entry("img", "image", "nvidia/cuda:12.4.1-base", "registry", why="b")])[0]
-    runner = Runner({("docker", "image", "inspect", "--format", "{{.Id}}", "nvidia/cuda:12.4.1-base"): (0, "x")})
+    inspect = ("docker", "image", "inspect", "--format", "{{.Id}}", "nvidia/cuda:12.4.1-base")
+    runner = Runner({inspect: (0, "x")})
     assert not sp.have(source, runner)
 
 
@@ -260,9 +264,10 @@ def test_the_refusal_names_every_unreachable_source_its_error_and_its_key_or_bun
     text = sp.refusal([(plan[0], "TCP connect to download.docker.com:443 failed: timed out"),
                        (plan[1], "no answer within 10s")], "node-01")
     assert text.startswith("2 source(s) this run needs cannot be reached from node-01; nothing was changed")
-    assert ("- docker-ce (yum https://download.docker.com/x): TCP connect to download.docker.com:443 failed: "
-            "timed out; needed by nvidia_container_toolkit (GPU host stage); set llmops_mirrors.docker_ce to a "
-            "mirror the node reaches or stage packages/docker-ce of the offline bundle.") in text
+    assert ("- docker-ce (yum https://download.docker.com/x): TCP connect to download.docker.com:443 "
+            "failed: timed out; needed by nvidia_container_toolkit (GPU host stage); set "
+            "llmops_mirrors.docker_ce to a mirror the node reaches or stage packages/docker-ce of the "
+            "offline bundle.") in text
     assert "- web-ui (binary https://huggingface.co/): no answer within 10s" in text
     assert "no llmops_mirrors key replaces it or stage binaries/web-ui" in text
 
