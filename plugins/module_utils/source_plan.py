@@ -70,6 +70,17 @@ _LOOPBACK = ("localhost", "localhost.localdomain", "ip6-localhost")
 PROXY_NAMES = ("http_proxy", "https_proxy", "no_proxy", "all_proxy")
 
 
+# The bundle entries of the sources outside preflight's probe (the bootstrap stage's repositories, the
+# monitoring playbooks' downloads): named here too, so that the bundle has one layout.
+OTHER_BUNDLE_ENTRIES = {
+    "centos_vault": ("yum", "centos-vault"),
+    "epel_archive": ("yum", "epel"),
+    "github_releases": ("binary", "prometheus-releases"),
+    "nvcr": ("image", "nvidia_k8s_dcgm-exporter"),
+    "grafana": ("apt", "grafana"),
+}
+
+
 def bundle_entry(kind, name):
     """The offline bundle's entry for a source: ``images/<name>``, ``git/llama.cpp``, ``models/<name>``,
     ``packages/<repo>``, ``binaries/<file>``."""
@@ -77,6 +88,11 @@ def bundle_entry(kind, name):
         raise SourcePlanError("unknown source kind %r (one of %s)" % (kind, ", ".join(KINDS)))
     clean = _NAME_RE.sub("_", str(name)).strip("._") or "source"
     return "%s/%s" % (BUNDLE_FOLDERS[kind], clean)
+
+
+def other_bundle_entry(key):
+    """The bundle entry of a source outside the probe, by its llmops_mirrors key."""
+    return bundle_entry(*OTHER_BUNDLE_ENTRIES[key])
 
 
 def image_bundle_name(reference):

@@ -285,3 +285,13 @@ def test_a_hub_that_answers_is_reached_even_without_the_api_and_a_closed_one_is_
         plan = sp.plan([entry("hub", "hf", server.url, "hf", repo="o/r")])
         assert sp.probe_all(plan, {}, 2)["hub"] is None      # 404 at /api/models/o/r: the hub answered
     assert sp.probe_one(dict(plan[0], probe="http://127.0.0.1:%d/api" % closed_port()), {}, 2)
+
+
+def test_the_docs_table_names_the_bundle_entries_of_the_sources_outside_the_probe():
+    from tests.helpers import ROOT
+    with open(os.path.join(ROOT, "docs", "mirrors.md"), encoding="utf-8") as handle:
+        doc = handle.read()
+    for key in sp.OTHER_BUNDLE_ENTRIES:
+        rows = [line for line in doc.splitlines() if line.startswith("| ") and "`%s`" % key in line
+                and "offline" not in line]
+        assert any("`%s`" % sp.other_bundle_entry(key) in row for row in rows), key
