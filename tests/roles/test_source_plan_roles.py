@@ -82,3 +82,14 @@ def test_the_web_ui_and_the_pip_index_are_listed_when_used(tmp_path):
     by_name = dict((g[0], g[1:]) for g in got)
     assert by_name["llama.cpp web UI"] == ("binary", "https://huggingface.co/", "")
     assert by_name["pip index"] == ("pypi", "https://pypi.lan/simple", "pypi")
+
+
+def test_the_yum_repositories_the_collection_adds_do_not_take_the_box_hostage():
+    """Docker CE, the container toolkit and NVIDIA's CUDA repository (packages_common repo-RedHat): a mirror
+    out of reach later must not fail every yum command on the node."""
+    import os
+
+    from tests.helpers import ROOT, load_yaml
+    tasks = load_yaml(os.path.join(ROOT, "roles", "packages_common", "tasks", "repo-RedHat.yml"))
+    (repo,) = [t["ansible.builtin.yum_repository"] for t in tasks if "ansible.builtin.yum_repository" in t]
+    assert repo["skip_if_unavailable"] is True and repo["enabled"] is True
