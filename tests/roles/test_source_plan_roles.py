@@ -57,6 +57,14 @@ def test_sources_are_listed_from_the_settings(tmp_path):
     # the driver's repository while the loaded driver (535) is not the wanted one
     assert by_name["nvidia-cuda"][2] == "nvidia_cuda"
     assert "llama.cpp web UI" not in by_name                   # llama_cpp_web_ui is off by default
+
+
+def test_a_builder_image_of_the_sites_own_needs_no_ubuntu_archive(tmp_path):
+    # NVIDIA's CUDA images lack cmake and git (the builder apt-gets them); a site's own builder may have them
+    got, _ = sources(tmp_path, llama_cpp_build_mode="container", llama_cpp_builder_image="site/builder:1",
+                     llama_cpp_runtime_image="site/runtime:1")
+    names = [g[0] for g in got]
+    assert "CUDA builder image" in names and "ubuntu archive" not in names
     have = dict((e["name"], e.get("have")) for e in entries)
     assert have["CUDA runtime image"] == {"image": "registry.lan:5000/nvidia/cuda:12.4.1-runtime-ubuntu22.04@"
                                                    + digest}
