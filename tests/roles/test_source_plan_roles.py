@@ -58,6 +58,11 @@ def test_sources_are_listed_from_the_settings(tmp_path):
     assert by_name["nvidia-cuda"][2] == "nvidia_cuda"
     assert "llama.cpp web UI" not in by_name                   # llama_cpp_web_ui is off by default
 
+    have = dict((e["name"], e.get("have")) for e in entries)
+    assert have["CUDA runtime image"] == {"image": "registry.lan:5000/nvidia/cuda:12.4.1-runtime-ubuntu22.04@"
+                                                   + digest}
+    assert have["model qwen"]["model"].endswith("/qwen/q.gguf")
+
 
 def test_a_builder_image_of_the_sites_own_needs_no_ubuntu_archive(tmp_path):
     # NVIDIA's CUDA images lack cmake and git (the builder apt-gets them); a site's own builder may have them
@@ -65,10 +70,6 @@ def test_a_builder_image_of_the_sites_own_needs_no_ubuntu_archive(tmp_path):
                      llama_cpp_runtime_image="site/runtime:1")
     names = [g[0] for g in got]
     assert "CUDA builder image" in names and "ubuntu archive" not in names
-    have = dict((e["name"], e.get("have")) for e in entries)
-    assert have["CUDA runtime image"] == {"image": "registry.lan:5000/nvidia/cuda:12.4.1-runtime-ubuntu22.04@"
-                                                   + digest}
-    assert have["model qwen"]["model"].endswith("/qwen/q.gguf")
 
 
 def test_what_the_node_has_is_not_listed(tmp_path):
