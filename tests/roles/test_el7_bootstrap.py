@@ -81,6 +81,7 @@ def test_every_task_is_raw_or_runs_on_the_controller():
         "ansible.builtin.raw",
         "ansible.builtin.set_fact",
         "ansible.builtin.assert",  # an action of the controller alone, like set_fact
+        "ansible.builtin.debug",  # likewise (which repository files are kept, which rewritten, and why)
         "ansible.builtin.import_tasks",
         "ansible.builtin.include_tasks",
     }
@@ -233,3 +234,34 @@ def test_other_el7_rebuilds_install_python_from_their_own_enabled_repositories(e
     assert result.returncode == 0, result.stdout
     assert (el7_tree / "yum.log").read_text().splitlines()[-1] == "-y install python3 libselinux-python3"
     assert not (el7_tree / "repos" / "CentOS-Base.repo").exists()
+
+
+def test_a_working_repository_file_is_left_alone_and_a_failing_one_is_rewritten(el7_tree):
+    from tests.fixtures.source_servers import SourceServer, closed_port
+
+    with SourceServer() as server:
+        working = "[base]\nbaseurl=%s/repo/\n\n[updates]\nbaseurl=%s/repo/\n" % (server.url, server.url)
+        base = el7_tree / "repos" / "CentOS-Base.repo"
+        base.write_text(working)
+        epel = el7_tree / "repos" / "epel.repo"
+        epel.write_text("[epel]\nbaseurl=http://127.0.0.1:%d/epel/7/$basearch/\n" % closed_port())
+        result, stats = run_role(el7_tree)
+        seen = list(server.seen)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert base.read_text() == working                      # answers from the node: kept, no backup
+    assert not (el7_tree / "backup" / "CentOS-Base.repo").exists()
+    assert "/repo/repodata/repomd.xml" in seen
+    assert "CentOS-Base.repo answers from the node (base, updates): left as it is" in result.stdout
+    assert "epel.repo [epel] baseurl http://127.0.0.1:" in result.stdout and "(no answer)" in result.stdout
+    assert repo_sections(epel.read_text())["epel"]["baseurl"].startswith("https://archives.fedoraproject.org")
+
+
+def test_epel_is_added_only_while_a_package_needs_it(el7_tree):
+    (el7_tree / "installed").write_text("python3\nlibselinux-python3\ndkms\nocl-icd\nopencl-filesystem\n")
+    result, _ = run_role(el7_tree)
+    assert result.returncode == 0, result.stdout
+    assert not (el7_tree / "repos" / "epel.repo").exists()
+    (el7_tree / "installed").write_text("python3\nlibselinux-python3\ndkms\nocl-icd\n")
+    result, _ = run_role(el7_tree)
+    assert result.returncode == 0, result.stdout
+    assert (el7_tree / "repos" / "epel.repo").exists()

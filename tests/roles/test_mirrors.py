@@ -21,7 +21,8 @@ FULL = {
     "ubuntu_apt": "https://ubuntu.lan/ubuntu",
     "centos_vault": "https://vault.lan/7.9.2009", "epel_archive": "https://epel.lan/archive/epel/",
     "nvidia_cuda": "https://cuda.lan/repos", "libnvidia_container": "https://nct.lan",
-    "docker_ce": "https://docker-ce.lan",
+    "docker_ce": "https://docker-ce.lan", "github_releases": "https://gh.lan/", "nvcr": "nvcr.lan:5000",
+    "grafana": "https://grafana-apt.lan",
 }
 FACTS = {"_nvidia_driver_cuda_distro": "debian12"}
 
@@ -40,10 +41,17 @@ def fed_variables():
     return dict((k, v) for k, v in load_yaml(MIRRORS).items() if k != "llmops_mirrors")
 
 
-def render(name, expression, mirrors):
+def role_variables(name):
+    """FACTS and the other defaults of name's role (a fed URL may name the role's pinned version)."""
     role, _ = role_defaults()[name]
-    variables = dict(FACTS, llmops_mirrors=mirrors)
-    return role_templar(role, variables).template(expression)
+    defaults = load_yaml(os.path.join(role, "defaults", "main.yml"))
+    defaults.pop(name)
+    return role, dict(defaults, **FACTS)
+
+
+def render(name, expression, mirrors):
+    role, variables = role_variables(name)
+    return role_templar(role, dict(variables, llmops_mirrors=mirrors)).template(expression)
 
 
 def test_every_fed_variable_is_a_documented_role_variable():
@@ -63,8 +71,8 @@ EMPTY = dict((k, "" if isinstance(v, str) else []) for k, v in FULL.items())
 def test_no_mirror_set_gives_the_role_defaults(mirrors):
     defaults = role_defaults()
     for name, expression in fed_variables().items():
-        role, default = defaults[name]
-        want = role_templar(role, dict(FACTS)).template(default)
+        role, variables = role_variables(name)
+        want = role_templar(role, variables).template(defaults[name][1])
         assert render(name, expression, mirrors) == want, name
 
 
@@ -84,8 +92,14 @@ def test_a_full_map_points_every_fed_variable_at_a_mirror():
     assert got["nvidia_driver_apt_repo_url"] == "https://cuda.lan/repos/debian12/x86_64"
     assert got["nvidia_driver_el7_repo_url"] == "https://cuda.lan/repos/rhel7/x86_64"
     assert got["vllm_extra_index_urls"] == ["https://torch.lan/cu124"]
+    assert got["monitoring_prometheus_archive_url"] == (
+        "https://gh.lan/prometheus/prometheus/releases/download/v2.54.1/prometheus-2.54.1.linux-amd64.tar.gz")
+    assert got["monitoring_node_exporter_archive_url"] == (
+        "https://gh.lan/prometheus/node_exporter/releases/download/v1.5.0/node_exporter-1.5.0.linux-amd64.tar.gz")
+    assert got["monitoring_dcgm_exporter_registry"] == "nvcr.lan:5000"
+    assert got["monitoring_server_grafana_apt_repo_url"] == "https://grafana-apt.lan"
     upstream = ("huggingface.co", "nvidia.com", "github", "docker.com", "centos.org", "fedoraproject",
-                "pypi.org")
+                "pypi.org", "nvcr.io", "grafana.com")
     for name, value in got.items():
         assert not any(u in str(value) for u in upstream), (name, value)
 

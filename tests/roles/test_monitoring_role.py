@@ -187,8 +187,13 @@ def test_el_installs_release_archives(tmp_path):
     assert variables["_monitoring_install"] == "release" and variables["_monitoring_packaged_units"] == []
     templar = role_templar(NODE_ROLE, variables)
     assert templar.template(variables["monitoring_prometheus_archive_url"]) == (
-        "https://github.com/prometheus/prometheus/releases/download/v2.42.0/prometheus-2.42.0.linux-amd64.tar.gz"
+        "https://github.com/prometheus/prometheus/releases/download/v2.54.1/prometheus-2.54.1.linux-amd64.tar.gz"
     )
+    # pinned by default, each the upstream sha256 of its linux-amd64 archive (the role refuses an empty one)
+    assert variables["monitoring_prometheus_archive_sha256"] == (
+        "31715ef65e8a898d0f97c8c08c03b6b9afe485ac84e1698bcfec90fc6e62924f")
+    assert variables["monitoring_node_exporter_archive_sha256"] == (
+        "af999fd31ab54ed3a34b9f0b10c28e9acee9ef5ac5a5d5edfdde85437db7acbb")
 
 
 # --- the monitoring host ----------------------------------------------------------------------------------

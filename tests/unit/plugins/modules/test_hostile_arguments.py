@@ -214,6 +214,9 @@ def _working(name, root):
              "settings": {"ctx_size": 8192, "parallel": 2, "tensor_split": [1, 1], "batch_size": 512}},
             {"name": "v", "engine": "vllm", "gpus": [1], "model_dir": root,
              "settings": {"tensor_parallel_size": 1, "gpu_memory_utilization": 0.9}}]},
+        "source_probe": {"sources": [{"name": "repo", "kind": "yum", "url": dead + "/repo", "why": "test",
+                                      "key": "docker_ce", "have": {"file": env_file}}], "timeout": 2,
+                         "environment_file": env_file},
         "wheel_compat_info": {"python": sys.executable, "requires_python": ">=3.6",
                               "wheel": gguf + "-1.0-cp38-abi3-manylinux_2_28_x86_64.whl"},
     }.get(name, {})
