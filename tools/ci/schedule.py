@@ -79,6 +79,9 @@ JOBS = (
     _molecule("vllm", estimate=420),
     _molecule("fleet", estimate=600),
     _molecule("ray", estimate=300),
+    # Serving faults (SIGKILL, crash loop, node restart, GPU lost): builds llama.cpp again (ccache hits), then
+    # mostly waits on systemd's restarts and start limit. Weight 1.
+    _molecule("faults", needs=AFTER_COMPILE, estimate=900),
     Job("unit_llama_server", ["nox", "--no-venv", "-s", "unit_llama_server"], needs=AFTER_COMPILE,
         estimate=120),
 )
