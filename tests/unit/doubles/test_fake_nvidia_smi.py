@@ -112,10 +112,12 @@ def test_state_file_makes_one_gpu_lost_as_the_real_tool_reports_it(tmp_path):
     assert rc == 15 and line.lower() in out.lower()
     gpus, faulty, _skipped = gpu.parse_gpus(out, list(gpu.QUERY_FIELDS), header=False)
     assert [g["index"] for g in gpus] == [0, 2, 3] and faulty == []
-    assert [why for _bus, why in gpu.lost_gpus(out)] == ["GPU is lost.  Reboot the system to recover this GPU"]
+    reason = "GPU is lost.  Reboot the system to recover this GPU"
+    assert [why for _bus, why in gpu.lost_gpus(out)] == [reason]
     rc, out, _ = run(tmp_path, "-i", "1", "--query-gpu=index", "--format=csv,noheader", state=state)
     assert rc == 15 and "GPU is lost" in out
-    assert run(tmp_path, "-i", "0", "--query-gpu=index", "--format=csv,noheader", state=state)[:2] == (0, "0\n")
+    healthy = run(tmp_path, "-i", "0", "--query-gpu=index", "--format=csv,noheader", state=state)
+    assert healthy[:2] == (0, "0\n")
     rc, out, _ = run(tmp_path, state=state)
     assert rc == 15 and "GPU is lost" in out
     rc, out, _ = run(tmp_path, "-L", state=state)

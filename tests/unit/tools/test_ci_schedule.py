@@ -78,7 +78,8 @@ def test_the_fault_rows_are_read_and_printed_after_the_phase_table(tmp_path):
     two lines, or another extension are left out; a row older than the run says so."""
     folder = tmp_path / "faults"
     folder.mkdir()
-    (folder / "faults-kill.tsv").write_text("kill\tSIGKILL of a\tconnection closed in 0.01 s\t2 streams\t11.4\n")
+    (folder / "faults-kill.tsv").write_text(
+        "kill\tSIGKILL of a\tconnection closed in 0.01 s\t2 streams\t11.4\n")
     (folder / "faults-crash-loop.tsv").write_text("crash-loop\tbad drop-in\tstart-limit-hit\tnothing\t3.2\n")
     (folder / "disk_full-disk.tsv").write_text("disk\tdisk filled\tENOSPC\tnothing\tn/a\n")
     (folder / "faults-short.tsv").write_text("short\tonly\tfour\tfields\n")

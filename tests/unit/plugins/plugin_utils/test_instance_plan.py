@@ -50,7 +50,8 @@ def test_gpus_checked_against_llmops_gpus_and_never_shared():
 def test_an_instance_on_a_lost_gpu_is_refused_naming_what_gpu_facts_found():
     """The fault of molecule/faults d: GPU 1 fell off the bus, so gpu_facts lists GPUs 0, 2, 3 and says why;
     before, the refusal said GPU 1 'does not exist on this host'."""
-    lost = "GPU at PCI 0000:3b:00.0 has fallen off the bus or is lost: the driver cannot reach it (GPU is lost)."
+    lost = ("GPU at PCI 0000:3b:00.0 has fallen off the bus or is lost: the driver cannot reach it "
+            "(GPU is lost).")
     facts = dict(GPUS, gpus=[g for g in GPUS["gpus"] if g["index"] != 1], error=lost)
     with pytest.raises(ServingError) as refused:
         plan([{"name": "b", "model": "tiny", "gpus": [1], "port": 8003}], gpus=facts)
