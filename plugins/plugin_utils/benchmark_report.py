@@ -156,9 +156,13 @@ def unit_down(state):
     active, sub, result = state["ActiveState"], state.get("SubState") or "", state.get("Result") or ""
     restarts = state.get("NRestarts") or ""
     how = "%s (%s)" % (active, sub) if sub and sub != active else active
-    if result == "start-limit-hit":
-        why = ("systemd's start limit stopped its restart loop (%s restarts): the server keeps failing at "
-               "start" % (restarts or "several"))
+    # A start refused by the limit (a manual start) leaves start-limit-hit; the restart loop that reaches it
+    # leaves the last run's own result (systemd 252: exit-code, "Start request repeated too quickly" in the
+    # journal), with the restarts counted. The role's units restart on failure: failed after restarts means
+    # systemd gave up.
+    if result == "start-limit-hit" or (active == "failed" and restarts.isdigit() and int(restarts) > 0):
+        why = ("systemd's start limit stopped its restart loop after %s restarts (last result %s): the server "
+               "keeps failing at start" % (restarts or "several", result or "unknown"))
     elif result and result != "success":
         why = "it ended with result %s" % result
     else:

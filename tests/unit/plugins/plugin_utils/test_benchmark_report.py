@@ -458,8 +458,9 @@ def show(name, unit, stdout, rc=0):
     return {"_validate_target": {"name": name, "unit": unit}, "rc": rc, "stdout": stdout}
 
 
-CRASH_LOOP = ("LoadState=loaded\nActiveState=failed\nSubState=failed\nResult=start-limit-hit\n"
-              "NRestarts=4\n")
+# What systemd 252 (Debian 12) shows once the start limit stopped a crash loop (molecule/faults b): the last
+# run's result, the restarts counted; "Start request repeated too quickly" is in the journal.
+CRASH_LOOP = "LoadState=loaded\nActiveState=failed\nSubState=failed\nResult=exit-code\nNRestarts=5\n"
 RUNNING = "LoadState=loaded\nActiveState=active\nSubState=running\nResult=success\nNRestarts=0\n"
 
 
@@ -479,7 +480,8 @@ def test_an_unchanged_instance_in_a_crash_loop_stopped_by_the_start_limit_is_nam
     messages = br.down_messages(items)
     assert messages == [
         "instance qwen36-27b: its unit llama-server-qwen36-27b.service is failed: systemd's start limit "
-        "stopped its restart loop (4 restarts): the server keeps failing at start. `systemctl status "
+        "stopped its restart loop after 5 restarts (last result exit-code): the server keeps failing at start. "
+        "`systemctl status "
         "llama-server-qwen36-27b.service` and `journalctl -u llama-server-qwen36-27b.service` say why; fix "
         "the cause, then `systemctl reset-failed llama-server-qwen36-27b.service` and run the serve stage "
         "again"]
@@ -495,6 +497,9 @@ def test_an_unchanged_instance_in_a_crash_loop_stopped_by_the_start_limit_is_nam
      "is inactive (dead): it was stopped and not started again"),
     ("LoadState=loaded\nActiveState=failed\nSubState=failed\nResult=exit-code\nNRestarts=0\n",
      "is failed: it ended with result exit-code"),
+    # a start refused by the limit itself
+    ("LoadState=loaded\nActiveState=failed\nSubState=failed\nResult=start-limit-hit\nNRestarts=0\n",
+     "start limit stopped its restart loop after 0 restarts (last result start-limit-hit)"),
     ("LoadState=not-found\nActiveState=inactive\nSubState=dead\nResult=success\n", None),
     ("", None),
 ])
