@@ -161,8 +161,8 @@ def unit_down(state):
     # journal), with the restarts counted. The role's units restart on failure: failed after restarts means
     # systemd gave up.
     if result == "start-limit-hit" or (active == "failed" and restarts.isdigit() and int(restarts) > 0):
-        why = ("systemd's start limit stopped its restart loop after %s restarts (last result %s): the server "
-               "keeps failing at start" % (restarts or "several", result or "unknown"))
+        why = ("systemd's start limit stopped its restart loop after %s restarts (last result %s): the "
+               "server keeps failing at start" % (restarts or "several", result or "unknown"))
     elif result and result != "success":
         why = "it ended with result %s" % result
     else:

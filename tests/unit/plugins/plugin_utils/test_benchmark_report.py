@@ -480,8 +480,8 @@ def test_an_unchanged_instance_in_a_crash_loop_stopped_by_the_start_limit_is_nam
     messages = br.down_messages(items)
     assert messages == [
         "instance qwen36-27b: its unit llama-server-qwen36-27b.service is failed: systemd's start limit "
-        "stopped its restart loop after 5 restarts (last result exit-code): the server keeps failing at start. "
-        "`systemctl status "
+        "stopped its restart loop after 5 restarts (last result exit-code): the server keeps failing at "
+        "start. `systemctl status "
         "llama-server-qwen36-27b.service` and `journalctl -u llama-server-qwen36-27b.service` say why; fix "
         "the cause, then `systemctl reset-failed llama-server-qwen36-27b.service` and run the serve stage "
         "again"]
