@@ -7,7 +7,10 @@
     {{ llmops_instances | llmops.serving.benchmark_targets(validate_instances) }}   -> llm_benchmark arguments
     {{ validate_instances | llmops.serving.benchmark_unknown_instances([llmops_instances of each host]) }}
     {{ slurped_text | llmops.serving.benchmark_last_report }}             -> the node's last report or {}
-    {{ targets | llmops.serving.benchmark_plan(llmops_instances, last=..., deployments=..., force=...) }}
+    {{ systemctl_show_results | llmops.serving.benchmark_unit_states }}   -> {instance: systemd's state}
+    {{ targets | llmops.serving.benchmark_plan(llmops_instances, last=..., deployments=..., force=...,
+                                               units=...) }}
+    {{ plan | llmops.serving.benchmark_down }}                            -> the instances not serving
     {{ plan | llmops.serving.benchmark_plan_messages }}                   -> one line per instance
     {{ results_by_name | llmops.serving.benchmark_report(host=..., instances=llmops_instances, runs=...,
                                                         warmup_requests=..., timestamp=..., last=...) }}
@@ -39,9 +42,9 @@ def benchmark_report_filter(results, host=None, instances=None, runs=None, warmu
                                          timestamp=timestamp, last=last)
 
 
-def benchmark_plan(targets, instances, last=None, deployments=None, force=False):
+def benchmark_plan(targets, instances, last=None, deployments=None, force=False, units=None):
     return benchmark_report.measure_plan(targets, instances, last=last, deployments=deployments,
-                                         force=force)
+                                         force=force, units=units)
 
 
 def benchmark_unknown_instances(names, instances_per_host):
@@ -70,6 +73,8 @@ class FilterModule(object):
             "benchmark_last_report": _wrap(benchmark_report.parse_last_report),
             "benchmark_plan": _wrap(benchmark_plan),
             "benchmark_plan_messages": _wrap(benchmark_report.plan_messages),
+            "benchmark_unit_states": _wrap(benchmark_report.unit_states),
+            "benchmark_down": _wrap(benchmark_report.down_messages),
             "benchmark_markdown": _wrap(benchmark_report.markdown_report),
             "benchmark_table": _wrap(benchmark_report.markdown_table),
             "benchmark_svg": _wrap(benchmark_report.svg_chart),

@@ -74,6 +74,7 @@ def benchmark_targets(instances, names=None):
             "api_key_file": entry.get("key_file") or None,
             "env_file": (entry.get("env_file") or None) if entry.get("api_key_env") else None,
             "api_key_env": entry.get("api_key_env") or None,
+            "unit": entry.get("unit") or None,
         })
     return targets
 
@@ -118,8 +119,65 @@ def _changed_keys(entry, current):
     return [key for key in CHANGE_KEYS if entry.get(key) != (current or {}).get(key)]
 
 
-def measure_plan(targets, instances, last=None, deployments=None, force=False):
-    """Per target (benchmark_targets' items, in order): {name, measure, reason, measured_at, summary}.
+# --- is it serving at all: systemd's view of each instance's unit ------------------------------------------
+
+# A unit in these states runs or is (re)starting: the benchmark (or the busy check) sees how it answers.
+_UNIT_UP = ("active", "activating", "reloading", "deactivating")
+
+
+def unit_states(results):
+    """{instance name: {property: value}} from the loop results of plan.yml's `systemctl show` task (each
+    result: the loop item `_validate_target` and the command's stdout, one Key=Value a line: LoadState,
+    ActiveState, SubState, Result, NRestarts)."""
+    states = {}
+    for result in results or ():
+        target = (result or {}).get("_validate_target") or {}
+        if not target.get("name") or result.get("skipped") or result.get("rc", 0) != 0:
+            continue
+        state = {}
+        for line in (result.get("stdout") or "").splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key:
+                state[key] = value.strip()
+        if state:
+            state["Unit"] = target.get("unit") or ""
+            states[target["name"]] = state
+    return states
+
+
+def unit_down(state):
+    """Why an instance's unit does not serve (a sentence), or None when it runs or its state is unknown. A
+    unit systemd does not know (an instance run outside systemd, as the role's tests run theirs) is left to
+    the benchmark, which finds whether it answers."""
+    if not state or state.get("ActiveState") in _UNIT_UP or not state.get("ActiveState") \
+            or state.get("LoadState") == "not-found":
+        return None
+    unit = state.get("Unit") or "its unit"
+    active, sub, result = state["ActiveState"], state.get("SubState") or "", state.get("Result") or ""
+    restarts = state.get("NRestarts") or ""
+    how = "%s (%s)" % (active, sub) if sub and sub != active else active
+    # A start refused by the limit (a manual start) leaves start-limit-hit; the restart loop that reaches it
+    # leaves the last run's own result (systemd 252: exit-code, "Start request repeated too quickly" in the
+    # journal), with the restarts counted. The role's units restart on failure: failed after restarts means
+    # systemd gave up.
+    if result == "start-limit-hit" or (active == "failed" and restarts.isdigit() and int(restarts) > 0):
+        why = ("systemd's start limit stopped its restart loop after %s restarts (last result %s): the "
+               "server keeps failing at start" % (restarts or "several", result or "unknown"))
+    elif result and result != "success":
+        why = "it ended with result %s" % result
+    else:
+        why = "it was stopped and not started again"
+    return ("its unit %s is %s: %s. `systemctl status %s` and `journalctl -u %s` say why; fix the cause, "
+            "then `systemctl reset-failed %s` and run the serve stage again"
+            % (unit, how, why, unit, unit, unit))
+
+
+def measure_plan(targets, instances, last=None, deployments=None, force=False, units=None):
+    """Per target (benchmark_targets' items, in order): {name, measure, reason, measured_at, summary, down}.
+
+    An instance whose unit does not run (`units`: unit_states(), systemd's view) is not measured (nothing
+    would answer) and is `down`, with why: down_messages() names it and the gate fails on it, whatever its
+    last measurement says.
 
     measure is true when validate_force asks (`force`), when role serving changed the deployment in this
     run (`deployments`: llmops_deployments, {name: {changed}}), when the last report (`last`, see
@@ -131,10 +189,13 @@ def measure_plan(targets, instances, last=None, deployments=None, force=False):
         current = (instances or {}).get(name) or {}
         entry = _last_entry(last, name)
         measured = bool(entry and entry.get("result") and entry.get("measured_at"))
-        item = {"name": name, "measure": True,
+        item = {"name": name, "measure": True, "down": None,
                 "measured_at": entry.get("measured_at") if measured else None,
                 "summary": ((entry.get("result") or {}).get("summary") or {}) if measured else {}}
-        if force:
+        down = unit_down((units or {}).get(name))
+        if down:
+            item.update(measure=False, down=down, reason="NOT SERVING: " + down)
+        elif force:
             item["reason"] = "validate_force is set"
         elif ((deployments or {}).get(name) or {}).get("changed") in (True, "True", "true"):
             item["reason"] = "its deployment changed in this run"
@@ -160,6 +221,9 @@ def plan_messages(plan):
     """One line per instance: measured now and why, or the last measurement that stands and when."""
     lines = []
     for item in plan or ():
+        if item.get("down"):
+            lines.append("%s: not measured, %s." % (item["name"], item["reason"]))
+            continue
         if item["measure"]:
             lines.append("%s: measuring, %s." % (item["name"], item["reason"]))
             continue
@@ -168,6 +232,11 @@ def plan_messages(plan):
                      "again)." % (item["name"], item["reason"], _fmt(summary.get("decode_tps")),
                                   _fmt(_ttft(summary.get("ttft_s")), 3)))
     return lines
+
+
+def down_messages(plan):
+    """One gate message per instance whose unit does not serve (measure_plan's `down`)."""
+    return ["instance %s: %s" % (item["name"], item["down"]) for item in plan or () if item.get("down")]
 
 
 # --- the report --------------------------------------------------------------------------------------------

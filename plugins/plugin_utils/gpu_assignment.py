@@ -49,6 +49,14 @@ def _check_present(gpus, gpu_facts, instance):
         for gpu in gpus:
             if any(matches_gpu(gpu, entry) for entry in known):
                 continue
+            if gpu_facts.get("error"):
+                # A GPU lost (fallen off the bus) or in a bad state is left out of llmops_gpus: say so, with
+                # what gpu_facts found, not that it "does not exist".
+                indices = sorted(set(int(g["index"]) for g in known if "index" in g))
+                raise ServingError("%s: GPU %s is not usable on this host now: llmops_gpus lists only the "
+                                   "working GPUs %s, and gpu_facts reports: %s Deploy the instance onto a "
+                                   "working GPU (serving_instances[].gpus) or repair this one first"
+                                   % (instance, gpu, indices, gpu_facts["error"]))
             if isinstance(gpu, int):
                 indices = sorted(set(int(g["index"]) for g in known if "index" in g))
                 raise ServingError("%s: GPU %d does not exist on this host (llmops_gpus has indices %s)"

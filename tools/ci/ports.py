@@ -30,6 +30,8 @@ SCENARIO_PORTS = {
     "fleet": ((18200, 18229),),
     "ray": ((18250, 18290),),
     "l20": ((8000, 8000), (8003, 8003), (18300, 18309)),
+    # instances a and b, the gateway and its metrics; 18344-18349 kept for more faults.
+    "faults": ((18340, 18349),),
     "gpu_host": (),
     "model": (),
     "llama_cpp": (),

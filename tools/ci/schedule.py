@@ -20,7 +20,9 @@ The run stops starting jobs after the first failure, lets the running ones finis
 
 The table at the end lists the setup phases (`.cache/ci-phases.tsv`, written by bin/llmops-dev) and every
 job with its start, duration and result, and for each Molecule scenario how long each of its steps took
-(create, prepare, converge, ...), read from the stamped log.
+(create, prepare, converge, ...), read from the stamped log. Then the faults the fault scenarios injected
+(`.cache/faults/<scenario>-<fault>.tsv`), each with what a client saw, what was lost and the seconds to
+recover.
 """
 import json
 import os
@@ -82,6 +84,9 @@ JOBS = (
     # the offline bundle: writes a bundle on the host (a 37 MB llama.cpp tarball, the tiny model), then installs
     # from it on a node without a route out; no compile
     _molecule("bundle", estimate=300),
+    # Serving faults (SIGKILL, crash loop, node restart, GPU lost): builds llama.cpp again (ccache hits), then
+    # mostly waits on systemd's restarts and start limit. Weight 1.
+    _molecule("faults", needs=AFTER_COMPILE, estimate=900),
     Job("unit_llama_server", ["nox", "--no-venv", "-s", "unit_llama_server"], needs=AFTER_COMPILE,
         estimate=120),
 )
@@ -210,6 +215,51 @@ def compile_records(job, cache=CACHE):
     except OSError:
         pass
     return records
+
+
+def fault_records(cache=CACHE):
+    """[(scenario, fault, injected, what a client saw, what was lost, seconds to recover, mtime)] of the rows
+    the fault scenarios wrote (.cache/faults/<scenario>-<fault>.tsv: one line, five tab-separated fields;
+    molecule/faults and the others that inject faults on purpose), by scenario and fault. A file that is not
+    such a row is left out."""
+    folder = os.path.join(cache, "faults")
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".tsv"))
+    except OSError:
+        return []
+    records = []
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            with open(path) as handle:
+                lines = [line for line in handle.read().split("\n") if line.strip()]
+            mtime = os.path.getmtime(path)
+        except (OSError, UnicodeDecodeError):
+            continue
+        parts = lines[0].split("\t") if len(lines) == 1 else []
+        if len(parts) != 5 or not all(p.strip() for p in parts):
+            continue
+        records.append((name[:-len(".tsv")].split("-", 1)[0],) + tuple(p.strip() for p in parts) + (mtime,))
+    return records
+
+
+def fault_table(records, since=None):
+    """The "== faults ==" table: per fault its recovery time, what was injected, what a client saw and what
+    was lost. A row written before `since` (a scenario this run did not run) says so."""
+    if not records:
+        return ""
+    lines = ["", "== faults (what was injected, what a client saw, what was lost, seconds to recover) ==",
+             "%-30s %10s" % ("scenario: fault", "recovered")]
+    for scenario, fault, injected, client, lost, seconds, mtime in records:
+        try:
+            took = "%.1f s" % float(seconds)
+        except ValueError:
+            took = seconds
+        stale = "  (an earlier run's)" if since is not None and mtime < since else ""
+        lines.append("%-30s %10s%s" % ("%s: %s" % (scenario, fault), took, stale))
+        lines += ["    %-9s %s" % (label, text) for label, text in
+                  (("injected", injected), ("client", client), ("lost", lost))]
+    return "\n".join(lines)
 
 
 def _fmt(seconds):
@@ -379,6 +429,9 @@ def main(argv):
     cpu = {}
     results = run(jobs, capacity, fail_fast=fail_fast, cpu=cpu)
     print(table(results, t0, read_phases(), cpu=cpu))
+    faults = fault_table(fault_records(), since=t0)
+    if faults:
+        print(faults)
     failed = [name for name, (_, _, result) in results.items() if result != "passed"]
     not_run = [job.name for job in jobs if job.name not in results]
     for name in failed:

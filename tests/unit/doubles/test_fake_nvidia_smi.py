@@ -102,6 +102,31 @@ def test_mismatch_nodevices_and_fallen_outputs(tmp_path):
     assert run(tmp_path, "-q", "-i", "0", profile="fallen")[0] == 0
 
 
+def test_state_file_makes_one_gpu_lost_as_the_real_tool_reports_it(tmp_path):
+    """state.json {"gpus": {"1": {"lost": true}}}: GPU 1 answers as R535+ reports a GPU fallen off the bus,
+    and gpu_facts' parser reads it as lost while the other GPUs are still read; false leaves it healthy."""
+    state = {"gpus": {"1": {"lost": True}}}
+    line = ("Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to "
+            "recover this GPU")
+    rc, out, _ = run(tmp_path, PRODUCT_QUERY, "--format=csv,noheader,nounits", state=state)
+    assert rc == 15 and line.lower() in out.lower()
+    gpus, faulty, _skipped = gpu.parse_gpus(out, list(gpu.QUERY_FIELDS), header=False)
+    assert [g["index"] for g in gpus] == [0, 2, 3] and faulty == []
+    reason = "GPU is lost.  Reboot the system to recover this GPU"
+    assert [why for _bus, why in gpu.lost_gpus(out)] == [reason]
+    rc, out, _ = run(tmp_path, "-i", "1", "--query-gpu=index", "--format=csv,noheader", state=state)
+    assert rc == 15 and "GPU is lost" in out
+    healthy = run(tmp_path, "-i", "0", "--query-gpu=index", "--format=csv,noheader", state=state)
+    assert healthy[:2] == (0, "0\n")
+    rc, out, _ = run(tmp_path, state=state)
+    assert rc == 15 and "GPU is lost" in out
+    rc, out, _ = run(tmp_path, "-L", state=state)
+    assert rc == 15 and out.count("GPU ") == 4 and "GPU is lost" in out
+    rc, out, _ = run(tmp_path, PRODUCT_QUERY, "--format=csv,noheader,nounits",
+                     state={"gpus": {"1": {"lost": False}}})
+    assert rc == 0 and "lost" not in out
+
+
 def test_hang_never_answers(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         run(tmp_path, PRODUCT_QUERY, "--format=csv", profile="hang", timeout=1.5)

@@ -72,6 +72,34 @@ def test_the_compile_a_scenario_recorded_is_in_the_table(tmp_path):
     assert schedule.compile_records("molecule:model", cache=str(tmp_path)) == []
 
 
+def test_the_fault_rows_are_read_and_printed_after_the_phase_table(tmp_path):
+    """Each fault scenario writes one row per fault (.cache/faults/<scenario>-<fault>.tsv, five tab-separated
+    fields); the table prints each with its recovery time; rows with fewer or more fields, an empty field,
+    two lines, or another extension are left out; a row older than the run says so."""
+    folder = tmp_path / "faults"
+    folder.mkdir()
+    (folder / "faults-kill.tsv").write_text(
+        "kill\tSIGKILL of a\tconnection closed in 0.01 s\t2 streams\t11.4\n")
+    (folder / "faults-crash-loop.tsv").write_text("crash-loop\tbad drop-in\tstart-limit-hit\tnothing\t3.2\n")
+    (folder / "disk_full-disk.tsv").write_text("disk\tdisk filled\tENOSPC\tnothing\tn/a\n")
+    (folder / "faults-short.tsv").write_text("short\tonly\tfour\tfields\n")
+    (folder / "faults-long.tsv").write_text("long\t1\t2\t3\t4\t5\n")
+    (folder / "faults-empty.tsv").write_text("empty\t\tx\ty\t1\n")
+    (folder / "faults-two.tsv").write_text("two\ta\tb\tc\t1\ntwo\ta\tb\tc\t2\n")
+    (folder / "faults-notes.txt").write_text("kill\ta\tb\tc\t1\n")
+    records = schedule.fault_records(cache=str(tmp_path))
+    assert [r[:6] for r in records] == [
+        ("disk_full", "disk", "disk filled", "ENOSPC", "nothing", "n/a"),
+        ("faults", "crash-loop", "bad drop-in", "start-limit-hit", "nothing", "3.2"),
+        ("faults", "kill", "SIGKILL of a", "connection closed in 0.01 s", "2 streams", "11.4")]
+    table = schedule.fault_table(records, since=records[0][6] + 1)
+    assert table.splitlines()[1].startswith("== faults")
+    assert "faults: kill                       11.4 s  (an earlier run's)" in table
+    assert "    client    connection closed in 0.01 s" in table and "disk_full: disk" in table
+    assert "(an earlier run's)" not in schedule.fault_table(records, since=records[0][6] - 1)
+    assert schedule.fault_records(cache=str(tmp_path / "none")) == [] and schedule.fault_table([]) == ""
+
+
 def test_jobs_run_side_by_side_and_a_failure_stops_new_starts(tmp_path, monkeypatch):
     monkeypatch.setattr(schedule, "LOGS", str(tmp_path / "logs"))
     monkeypatch.setattr(schedule, "HISTORY", str(tmp_path / "durations.json"))

@@ -89,7 +89,7 @@ def test_targets_pass_the_key_by_file_for_llama_cpp_and_by_env_file_for_vllm():
     vllm, llama = targets
     assert llama == {"name": "qwen36-27b", "url": "http://127.0.0.1:8003", "engine": "llama.cpp",
                      "model": "qwen36-27b", "api_key_file": "/etc/llmops/keys/qwen36-27b.key",
-                     "env_file": None, "api_key_env": None}
+                     "env_file": None, "api_key_env": None, "unit": "llama-server-qwen36-27b.service"}
     assert vllm["api_key_file"] is None and vllm["model"] == "qwen-local"
     assert (vllm["env_file"], vllm["api_key_env"]) == ("/etc/llmops/qwen-fp8.env", "VLLM_API_KEY")
 
@@ -271,7 +271,7 @@ def test_filters_wrap_the_functions_and_raise_filter_errors():
                             "benchmark_markdown", "benchmark_table", "benchmark_svg", "benchmark_html",
                             "benchmark_gate", "benchmark_last_report", "benchmark_plan",
                             "benchmark_plan_messages", "benchmark_json", "benchmark_report_files",
-                            "benchmark_text"}
+                            "benchmark_text", "benchmark_unit_states", "benchmark_down"}
     rep = filters["benchmark_report"]({"qwen36-27b": LLAMA_RESULT}, host="l20", instances=INSTANCES,
                                       runs=RUNS, warmup_requests=2, timestamp="t")
     assert rep["instances"]["qwen36-27b"]["result"]["summary"]["decode_tps"] == 87.55
@@ -449,3 +449,70 @@ def test_gate_checks_only_the_instances_of_this_run():
                     "qwen-fp8": dict(VLLM_RESULT, load=LOAD, measured=True)})
     assert br.gate(rep, names=["qwen36-27b"]) == {"failed": False, "messages": []}
     assert br.gate(rep, names=["qwen-fp8"])["failed"] is True
+
+
+# --- an unchanged instance whose unit does not serve is named, not passed over ---------------------------
+
+def show(name, unit, stdout, rc=0):
+    """One result of plan.yml's `systemctl show` loop."""
+    return {"_validate_target": {"name": name, "unit": unit}, "rc": rc, "stdout": stdout}
+
+
+# What systemd 252 (Debian 12) shows once the start limit stopped a crash loop (molecule/faults b): the last
+# run's result, the restarts counted; "Start request repeated too quickly" is in the journal.
+CRASH_LOOP = "LoadState=loaded\nActiveState=failed\nSubState=failed\nResult=exit-code\nNRestarts=5\n"
+RUNNING = "LoadState=loaded\nActiveState=active\nSubState=running\nResult=success\nNRestarts=0\n"
+
+
+def test_an_unchanged_instance_in_a_crash_loop_stopped_by_the_start_limit_is_named_and_fails_the_gate():
+    """The fault of molecule/faults b: the unit ended in failed/start-limit-hit; before, validate said
+    'not measured, unchanged since its measurement' and passed."""
+    last = reread(measured({"qwen36-27b": dict(LLAMA_RESULT, load=LOAD, measured=True),
+                            "qwen-fp8": dict(VLLM_RESULT, errors=0, failed=False, load=LOAD,
+                                             measured=True)}))
+    units = br.unit_states([show("qwen36-27b", "llama-server-qwen36-27b.service", CRASH_LOOP),
+                            show("qwen-fp8", "vllm-qwen-fp8.service", RUNNING)])
+    items = plan(fingerprinted(), last, units=units)
+    llama = next(i for i in items if i["name"] == "qwen36-27b")
+    fp8 = next(i for i in items if i["name"] == "qwen-fp8")
+    assert llama["measure"] is False and "start-limit-hit" not in (fp8["down"] or "")
+    assert (fp8["measure"], fp8["down"]) == (False, None)
+    messages = br.down_messages(items)
+    assert messages == [
+        "instance qwen36-27b: its unit llama-server-qwen36-27b.service is failed: systemd's start limit "
+        "stopped its restart loop after 5 restarts (last result exit-code): the server keeps failing at "
+        "start. `systemctl status "
+        "llama-server-qwen36-27b.service` and `journalctl -u llama-server-qwen36-27b.service` say why; fix "
+        "the cause, then `systemctl reset-failed llama-server-qwen36-27b.service` and run the serve stage "
+        "again"]
+    assert br.plan_messages([llama])[0].startswith("qwen36-27b: not measured, NOT SERVING: its unit ")
+    # without systemd's view (as before): unchanged, nothing named
+    assert br.down_messages(plan(fingerprinted(), last)) == []
+
+
+@pytest.mark.parametrize("stdout, expected", [
+    (RUNNING, None),
+    ("LoadState=loaded\nActiveState=activating\nSubState=auto-restart\nResult=signal\nNRestarts=1\n", None),
+    ("LoadState=loaded\nActiveState=inactive\nSubState=dead\nResult=success\nNRestarts=0\n",
+     "is inactive (dead): it was stopped and not started again"),
+    ("LoadState=loaded\nActiveState=failed\nSubState=failed\nResult=exit-code\nNRestarts=0\n",
+     "is failed: it ended with result exit-code"),
+    # a start refused by the limit itself
+    ("LoadState=loaded\nActiveState=failed\nSubState=failed\nResult=start-limit-hit\nNRestarts=0\n",
+     "start limit stopped its restart loop after 0 restarts (last result start-limit-hit)"),
+    ("LoadState=not-found\nActiveState=inactive\nSubState=dead\nResult=success\n", None),
+    ("", None),
+])
+def test_which_unit_states_count_as_not_serving(stdout, expected):
+    states = br.unit_states([show("x", "x.service", stdout)])
+    down = br.unit_down(states.get("x"))
+    if expected is None:
+        assert down is None
+    else:
+        assert expected in down and down.startswith("its unit x.service ")
+
+
+def test_unit_states_skip_failed_reads_and_targets_without_a_unit():
+    assert br.unit_states([show("x", "x.service", CRASH_LOOP, rc=1), {"skipped": True},
+                           {"_validate_target": {"name": "y"}, "rc": 0, "stdout": ""}, None]) == {}
+    assert br.unit_states(None) == {}

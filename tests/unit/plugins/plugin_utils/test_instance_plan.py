@@ -47,6 +47,23 @@ def test_gpus_checked_against_llmops_gpus_and_never_shared():
                "settings": {"tensor_split": [1, 1, 1]}}])
 
 
+def test_an_instance_on_a_lost_gpu_is_refused_naming_what_gpu_facts_found():
+    """The fault of molecule/faults d: GPU 1 fell off the bus, so gpu_facts lists GPUs 0, 2, 3 and says why;
+    before, the refusal said GPU 1 'does not exist on this host'."""
+    lost = ("GPU at PCI 0000:3b:00.0 has fallen off the bus or is lost: the driver cannot reach it "
+            "(GPU is lost).")
+    facts = dict(GPUS, gpus=[g for g in GPUS["gpus"] if g["index"] != 1], error=lost)
+    with pytest.raises(ServingError) as refused:
+        plan([{"name": "b", "model": "tiny", "gpus": [1], "port": 8003}], gpus=facts)
+    assert "b: GPU 1 is not usable on this host now" in str(refused.value)
+    assert "working GPUs [0, 2, 3]" in str(refused.value) and lost in str(refused.value)
+    assert "does not exist" not in str(refused.value)
+    # the working GPUs still deploy; without an error the absent GPU still "does not exist"
+    assert plan([{"name": "a", "model": "tiny", "gpus": [0], "port": 8003}], gpus=facts)[0]["gpus"] == [0]
+    with pytest.raises(ServingError, match="GPU 1 does not exist"):
+        plan([{"name": "b", "model": "tiny", "gpus": [1], "port": 8003}], gpus=dict(facts, error=None))
+
+
 def test_open_bind_without_key_is_refused_with_instructions():
     inst = [{"name": "q", "model": "tiny", "host": "0.0.0.0", "port": 8003}]
     with pytest.raises(ServingError, match=r"binds 0\.0\.0\.0 without an API key.*"
