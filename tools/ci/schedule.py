@@ -81,8 +81,8 @@ JOBS = (
     _molecule("vllm", estimate=420),
     _molecule("fleet", estimate=600),
     _molecule("ray", estimate=300),
-    # the offline bundle: writes a bundle on the host (a 37 MB llama.cpp tarball, the tiny model), then installs
-    # from it on a node without a route out; no compile
+    # The offline bundle: writes a bundle on the host (a 37 MB llama.cpp tarball, the tiny model), then
+    # installs from it on a node without a route out; no compile.
     _molecule("bundle", estimate=300),
     # Serving faults (SIGKILL, crash loop, node restart, GPU lost): builds llama.cpp again (ccache hits), then
     # mostly waits on systemd's restarts and start limit. Weight 1.
