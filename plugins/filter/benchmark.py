@@ -7,7 +7,7 @@
     {{ llmops_instances | llmops.serving.benchmark_targets(validate_instances) }}   -> llm_benchmark arguments
     {{ validate_instances | llmops.serving.benchmark_unknown_instances([llmops_instances of each host]) }}
     {{ slurped_text | llmops.serving.benchmark_last_report }}             -> the node's last report or {}
-    {{ systemctl_show_results | llmops.serving.benchmark_unit_states }}   -> {instance: systemd's state}
+    {{ systemctl_show_result | llmops.serving.benchmark_unit_states(targets) }}  -> {instance: state}
     {{ targets | llmops.serving.benchmark_plan(llmops_instances, last=..., deployments=..., force=...,
                                                units=...) }}
     {{ plan | llmops.serving.benchmark_down }}                            -> the instances not serving

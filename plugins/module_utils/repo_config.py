@@ -21,8 +21,8 @@ import re
 __metaclass__ = type
 
 DEAD_HOSTS = ("mirrorlist.centos.org", "mirror.centos.org", "mirrors.fedoraproject.org")
-_SECTION = re.compile(r"^\s*\[([^\]]+)\]\s*$")
-_OPTION = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*=\s*(.*?)\s*$")
+_SECTION = re.compile(r"^\s*\[([^\]]+)\]\s*\Z")
+_OPTION = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*=\s*(.*?)\s*\Z")
 _FALSE = ("0", "no", "false", "off")
 
 

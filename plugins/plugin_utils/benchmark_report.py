@@ -125,23 +125,28 @@ def _changed_keys(entry, current):
 _UNIT_UP = ("active", "activating", "reloading", "deactivating")
 
 
-def unit_states(results):
-    """{instance name: {property: value}} from the loop results of plan.yml's `systemctl show` task (each
-    result: the loop item `_validate_target` and the command's stdout, one Key=Value a line: LoadState,
-    ActiveState, SubState, Result, NRestarts)."""
-    states = {}
-    for result in results or ():
-        target = (result or {}).get("_validate_target") or {}
-        if not target.get("name") or result.get("skipped") or result.get("rc", 0) != 0:
-            continue
+def unit_states(result, targets=None):
+    """{instance name: {property: value}} from plan.yml's one `systemctl show --property=Id,... -- UNIT...`
+    call (`result`: its registered result; stdout: a block of Key=Value lines per unit, blocks apart by an
+    empty line, each with its Id=) for the `targets` (the instances, each with its unit). A failed or
+    skipped read gives {}: the benchmark then finds whether an instance answers."""
+    result = result or {}
+    if result.get("skipped") or result.get("rc", 0) != 0:
+        return {}
+    by_unit = {}
+    for block in (result.get("stdout") or "").split("\n\n"):
         state = {}
-        for line in (result.get("stdout") or "").splitlines():
+        for line in block.splitlines():
             key, sep, value = line.partition("=")
             if sep and key:
                 state[key] = value.strip()
-        if state:
-            state["Unit"] = target.get("unit") or ""
-            states[target["name"]] = state
+        if state.get("Id"):
+            by_unit[state.pop("Id")] = state
+    states = {}
+    for target in targets or ():
+        unit = (target or {}).get("unit")
+        if target.get("name") and unit and by_unit.get(unit):
+            states[target["name"]] = dict(by_unit[unit], Unit=unit)
     return states
 
 

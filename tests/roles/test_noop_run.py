@@ -431,11 +431,13 @@ def test_an_installed_build_is_published_from_the_manifest_build_info_returned(i
         assert published["version"] == ("1 (abc)" if installed else "")
 
 
-def test_profile_of_the_noop_validate_stage_is_one_module_call(tmp_path):
-    """The validate stage of a run that changed nothing runs one module on the node (the slurp of its last
-    report); profile_tasks lists every task that took time (tests/roles/test_validate_role.py measures it
-    against the fakes)."""
+def test_profile_of_the_noop_validate_stage_is_two_module_calls(tmp_path):
+    """The validate stage of a run that changed nothing runs two modules on the node, once each: the slurp of
+    its last report and one `systemctl show` of every instance's unit (an unchanged instance that systemd
+    gave up on is named, not passed over); profile_tasks lists every task that took time
+    (tests/roles/test_validate_role.py measures it against the fakes)."""
     text = open(os.path.join(ROOT, "roles", "validate", "tasks", "plan.yml")).read()
     modules = re.findall(r"^\s+(ansible\.builtin\.\w+|llmops\.serving\.\w+):", text, re.M)
     assert [m for m in modules if m not in ("ansible.builtin.set_fact", "ansible.builtin.debug")] == [
-        "ansible.builtin.slurp"]
+        "ansible.builtin.slurp", "ansible.builtin.command"]
+    assert not re.search(r"^\s+(loop|with_\w+):", text, re.M)     # once each, whatever the instances

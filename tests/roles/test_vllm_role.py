@@ -118,9 +118,14 @@ def test_build_playbook_runs_the_engines_the_instances_use(instances, engines):
     variables = {} if instances is None else {"serving_instances": instances}
     found = role_templar(ROLE, variables).template(play["vars"]["_build_engines"])
     assert found == engines
-    whens = [task["when"] for task in play["tasks"]]
-    runs = [role_templar(ROLE, dict(variables, _build_engines=found)).template("{{ %s }}" % w) for w in whens]
-    assert runs == [not engines or "llama.cpp" in engines, "vllm" in engines]
+    whens = {task["ansible.builtin.include_role"]["name"].rsplit(".", 1)[-1]: task["when"]
+             for task in play["tasks"]}
+    assert sorted(whens) == ["bundle", "llama_cpp", "vllm"]
+    runs = {role: role_templar(ROLE, dict(variables, _build_engines=found)).template("{{ %s }}" % when)
+            for role, when in whens.items()}
+    # without an offline bundle (llmops_bundle_sources, set by playbooks/offline_bundle.yml) nothing is loaded
+    assert runs == {"bundle": False, "llama_cpp": not engines or "llama.cpp" in engines,
+                    "vllm": "vllm" in engines}
 
 
 # --- the fake vLLM wheel in a real virtualenv --------------------------------------------------------------

@@ -453,9 +453,11 @@ def test_gate_checks_only_the_instances_of_this_run():
 
 # --- an unchanged instance whose unit does not serve is named, not passed over ---------------------------
 
-def show(name, unit, stdout, rc=0):
-    """One result of plan.yml's `systemctl show` loop."""
-    return {"_validate_target": {"name": name, "unit": unit}, "rc": rc, "stdout": stdout}
+def show(*units, rc=0):
+    """plan.yml's one `systemctl show --property=Id,... -- UNIT...` result and its targets, from (name, unit,
+    properties) triples: a block per unit, empty lines between."""
+    stdout = "\n".join("Id=%s\n%s" % (unit, text) for _, unit, text in units)
+    return {"rc": rc, "stdout": stdout}, [{"name": name, "unit": unit} for name, unit, _ in units]
 
 
 # What systemd 252 (Debian 12) shows once the start limit stopped a crash loop (molecule/faults b): the last
@@ -470,8 +472,9 @@ def test_an_unchanged_instance_in_a_crash_loop_stopped_by_the_start_limit_is_nam
     last = reread(measured({"qwen36-27b": dict(LLAMA_RESULT, load=LOAD, measured=True),
                             "qwen-fp8": dict(VLLM_RESULT, errors=0, failed=False, load=LOAD,
                                              measured=True)}))
-    units = br.unit_states([show("qwen36-27b", "llama-server-qwen36-27b.service", CRASH_LOOP),
-                            show("qwen-fp8", "vllm-qwen-fp8.service", RUNNING)])
+    units = br.unit_states(*show(("qwen36-27b", "llama-server-qwen36-27b.service", CRASH_LOOP),
+                                 ("qwen-fp8", "vllm-qwen-fp8.service", RUNNING)))
+    assert units["qwen-fp8"]["ActiveState"] == "active" and units["qwen36-27b"]["NRestarts"] == "5"
     items = plan(fingerprinted(), last, units=units)
     llama = next(i for i in items if i["name"] == "qwen36-27b")
     fp8 = next(i for i in items if i["name"] == "qwen-fp8")
@@ -504,7 +507,7 @@ def test_an_unchanged_instance_in_a_crash_loop_stopped_by_the_start_limit_is_nam
     ("", None),
 ])
 def test_which_unit_states_count_as_not_serving(stdout, expected):
-    states = br.unit_states([show("x", "x.service", stdout)])
+    states = br.unit_states(*show(("x", "x.service", stdout)))
     down = br.unit_down(states.get("x"))
     if expected is None:
         assert down is None
@@ -513,6 +516,9 @@ def test_which_unit_states_count_as_not_serving(stdout, expected):
 
 
 def test_unit_states_skip_failed_reads_and_targets_without_a_unit():
-    assert br.unit_states([show("x", "x.service", CRASH_LOOP, rc=1), {"skipped": True},
-                           {"_validate_target": {"name": "y"}, "rc": 0, "stdout": ""}, None]) == {}
-    assert br.unit_states(None) == {}
+    assert br.unit_states(*show(("x", "x.service", CRASH_LOOP), rc=1)) == {}
+    assert br.unit_states({"skipped": True}, [{"name": "x", "unit": "x.service"}]) == {}
+    result, targets = show(("x", "x.service", CRASH_LOOP))
+    assert br.unit_states(result, targets + [{"name": "y"}, {"name": "z", "unit": "z.service"}]) == {
+        "x": dict(br.unit_states(result, targets)["x"])}
+    assert br.unit_states(None, None) == {}
