@@ -18,14 +18,13 @@ __metaclass__ = type
 
 
 def el7_repo_probe_urls(read_stdout):
-    files, _ = repo_config.parse_node_output(read_stdout)
-    return repo_config.probe_urls(files)
+    return repo_config.probe_urls(repo_config.parse_node_output(read_stdout)[0])
 
 
 def el7_repo_plan(read_stdout, probe_stdout, managed):
     """managed: the role's [{file, mode, when}] in its order; a file whose `when` is false is not managed."""
-    files, _ = repo_config.parse_node_output(read_stdout)
-    _, answers = repo_config.parse_node_output(probe_stdout)
+    files = repo_config.parse_node_output(read_stdout)[0]         # (files, answers): the files
+    answers = repo_config.parse_node_output(probe_stdout)[1]      # the answers of the probe
     modes = [(m["file"], m["mode"]) for m in managed if boolean(m.get("when", True), strict=False)]
     return repo_config.plan(files, modes, answers)
 

@@ -99,7 +99,7 @@ def image_bundle_name(reference):
     """``registry/nvidia/cuda:12.4.1-devel@sha256:..`` -> ``nvidia_cuda_12.4.1-devel`` (what docker save
     of that image is called in the bundle; the registry and the digest are not part of the name)."""
     ref = reference.split("@", 1)[0]
-    first, _, rest = ref.partition("/")
+    first, slash, rest = ref.partition("/")
     if rest and ("." in first or ":" in first or first == "localhost"):
         ref = rest
     return ref.replace("/", "_").replace(":", "_")
@@ -113,7 +113,7 @@ def _expand(url):
 
 def registry_host(reference):
     """The registry host[:port] of an image reference ('' = Docker Hub)."""
-    first, _, rest = reference.split("@", 1)[0].partition("/")
+    first, slash, rest = reference.split("@", 1)[0].partition("/")
     if rest and ("." in first or ":" in first or first == "localhost"):
         return first
     return ""
@@ -177,8 +177,8 @@ def plan(entries, environ=None):
             raise SourcePlanError("a source entry must be a mapping, got %r" % (entry,))
         kind = _text(entry, "kind")
         if kind not in BUNDLE_FOLDERS:
-            raise SourcePlanError("source %r: unknown kind %r (one of %s)" % (entry.get("name"), kind,
-                                                                               ", ".join(KINDS)))
+            raise SourcePlanError("source %r: unknown kind %r (one of %s)"
+                                  % (entry.get("name"), kind, ", ".join(KINDS)))
         name = _text(entry, "name")
         if kind in ("hf", "modelscope"):
             url = hub_endpoint(kind, _text(entry, "url", required=False), environ)
@@ -194,7 +194,7 @@ def plan(entries, environ=None):
             if why not in source["why"]:
                 source["why"].append(why)
             # needed unless every role that needs it finds it on the node
-            source["have"] = [h for h in source["have"]] + [have_spec]
+            source["have"] = list(source["have"]) + [have_spec]
             continue
         source = {
             "name": name,
@@ -226,13 +226,13 @@ def packages_installed(specs, manager, runner):
     dpkg specs ``name`` or ``name=<version glob>``."""
     for spec in specs:
         if manager == "rpm":
-            rc, _, _ = _run(runner, ["rpm", "-q", spec])
+            rc, out, err = _run(runner, ["rpm", "-q", spec])
             if rc != 0:
                 return False
         elif manager == "dpkg":
-            name, _, version = spec.partition("=")
-            rc, out, _ = _run(runner, ["dpkg-query", "-W", "-f", "${db:Status-Status} ${Version}", name])
-            status, _, installed = out.strip().partition(" ")
+            name, equals, version = spec.partition("=")
+            rc, out, err = _run(runner, ["dpkg-query", "-W", "-f", "${db:Status-Status} ${Version}", name])
+            status, space, installed = out.strip().partition(" ")
             if rc != 0 or status != "installed" or (version and not fnmatch.fnmatchcase(installed, version)):
                 return False
         else:
@@ -243,7 +243,7 @@ def packages_installed(specs, manager, runner):
 def image_present(reference, runner, docker="docker"):
     """Whether the image is on the node (by digest when the reference has one: docker resolves
     repo@sha256:... only to that content)."""
-    rc, _, _ = _run(runner, [docker, "image", "inspect", "--format", "{{.Id}}", reference])
+    rc, out, err = _run(runner, [docker, "image", "inspect", "--format", "{{.Id}}", reference])
     return rc == 0
 
 
@@ -258,7 +258,7 @@ def git_tree_at(root, commit, runner):
     for path in candidates:
         if not os.path.isdir(os.path.join(path, ".git")):
             continue
-        rc, out, _ = _run(runner, ["git", "-C", path, "rev-parse", "HEAD"])
+        rc, out, err = _run(runner, ["git", "-C", path, "rev-parse", "HEAD"])
         if rc == 0 and out.strip() == commit:
             return True
     return False
@@ -313,7 +313,7 @@ def parse_environment_file(text):
             continue
         if line.startswith("export "):
             line = line[len("export "):].strip()
-        key, _, value = line.partition("=")
+        key, equals, value = line.partition("=")
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
             value = value[1:-1]

@@ -141,7 +141,7 @@ def _run(module):
         source["state"] = "unreachable" if source["error"] else "reachable"
     unreachable = [(s, s["error"]) for s in to_probe if s["error"]]
     out = dict(changed=False, sources=sources, report=source_plan.report(sources),
-               unreachable=[s["name"] for s, _ in unreachable])
+               unreachable=[pair[0]["name"] for pair in unreachable])
     if unreachable:
         module.fail_json(msg=source_plan.refusal(unreachable, p["node"]), **out)
     module.exit_json(**out)
