@@ -104,8 +104,8 @@ def test_the_twin_compiles_the_shipped_cuda_build_in_the_stand_in_images():
     for key in ("llama_cpp_cuda", "llama_cpp_cuda_architectures", "llama_cpp_build_mode",
                 "llama_cpp_cmake_extra_options"):
         assert key not in host
-    # The shipped image names (nvidia/cuda:<the role's tags>) in the twin's registry, by the digests its push gave:
-    # prepare pushes the stand-ins under exactly those names.
+    # The shipped image names (nvidia/cuda:<the role's tags>) in the twin's registry, by the digests its push
+    # gave: prepare pushes the stand-ins under exactly those names.
     assert "llama_cpp_builder_image" not in host and "llama_cpp_runtime_image" not in host
     defaults = load(os.path.join(ROOT, "roles", "llama_cpp", "defaults", "main.yml"))
     with open(os.path.join(TWIN, "prepare.yml"), encoding="utf-8") as handle:
@@ -114,8 +114,9 @@ def test_the_twin_compiles_the_shipped_cuda_build_in_the_stand_in_images():
              if task.get("ansible.builtin.include_tasks") == "../shared/mirrors/serve.yml"]
     assert len(serve) == 1
     pushed = {image["source"]: image["name"] for image in serve[0]["vars"]["mirrors_images"]}
-    names = {"builder": "%s:%s" % (defaults["llama_cpp_cuda_image_repository"], defaults["llama_cpp_builder_image_tag"]),
-             "runtime": "%s:%s" % (defaults["llama_cpp_cuda_image_repository"], defaults["llama_cpp_runtime_image_tag"])}
+    repository = defaults["llama_cpp_cuda_image_repository"]
+    names = {role: "%s:%s" % (repository, defaults["llama_cpp_%s_image_tag" % role])
+             for role in ("builder", "runtime")}
     assert pushed == {"llmops-test/cuda:12.4.1-devel": names["builder"],
                       "llmops-test/cuda:12.4.1-runtime": names["runtime"]}
     for role in ("builder", "runtime"):
@@ -127,8 +128,8 @@ def test_the_twin_compiles_the_shipped_cuda_build_in_the_stand_in_images():
 
 
 def test_the_node_has_no_route_out_and_reaches_the_mirrors_the_override_names():
-    """The node's only network is internal (no route out); every URL of the override is the mirrors' address on
-    it (or the registry on loopback, which the host's daemon pulls from), and those are the node's allow-list."""
+    """The node's only network is internal (no route out); every URL of the override is the mirrors' address
+    on it (or the registry on loopback, which the host's daemon pulls from), and those are its allow-list."""
     molecule = load(os.path.join(TWIN, "molecule.yml"))
     platform = molecule["platforms"][0]
     assert "network_mode" not in platform
