@@ -22,7 +22,9 @@ import re
 import sys
 
 # scenario -> ports it listens on (inclusive ranges). The L20 twin serves on the shipped inventory's own ports
-# (8000 and 8003): those are the user's, so they are checked like any other.
+# (8000 and 8003; inside its node's network namespace, but a developer's own server there is the user's
+# setup, so they are checked like any other); its block holds the site's mirrors it serves to the node with no
+# route out (docs/ci.md): 18300 the fake hub, 18301 the registry, 18302 git, 18303 apt.
 SCENARIO_PORTS = {
     "default": ((18003, 18004), (18080, 18080)),
     "llama_server": ((18005, 18005),),

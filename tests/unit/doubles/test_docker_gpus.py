@@ -90,3 +90,40 @@ def test_the_path_map_file_is_read_longest_prefix_first(tmp_path):
     assert shim.host_path("/home/llmops/ccache/x", path_map) == "/c/x"
     assert shim.host_path("/home/llmops/ccachex", path_map) == "/h/root/home/llmops/ccachex"
     assert shim.load_path_map(str(tmp_path / "missing")) == []
+
+
+def test_the_host_network_becomes_the_nodes_own():
+    """A node that is a container (the L20 twin's, with no route out): its instances run in its namespace."""
+    shim = load_shim()
+    node = "container:l20-node-01"
+    argv = ["run", "--rm", "--network", "host", "--init", "img", "--network", "host"]
+    assert shim.map_network(argv, node) == [
+        "run", "--rm", "--network", node, "--init", "img", "--network", "host"]
+    assert shim.map_network(["create", "--net=host", "img"], node) == ["create", "--net=" + node, "img"]
+    assert shim.map_network(["run", "--net", "host", "-e", "A=1", "img"], node) == [
+        "run", "--net", node, "-e", "A=1", "img"]
+
+
+def test_other_networks_and_nodes_without_one_are_left_as_they_are():
+    shim = load_shim()
+    node = "container:l20-node-01"
+    for argv in (["run", "--network", "none", "img"], ["run", "--network", "host-net", "img"],
+                 ["run", "--network=bridge", "img"], ["run", "-e", "--network", "img"],
+                 ["build", "--network", "host", "."], ["run", "img", "--network", "host"]):
+        assert shim.map_network(argv, node) == argv
+    assert shim.map_network(["run", "--network", "host", "img"], None) == ["run", "--network", "host", "img"]
+
+
+def test_the_nodes_network_comes_from_its_setting(tmp_path, monkeypatch):
+    shim = load_shim()
+    monkeypatch.setenv("DOCKER_GPUS_NETWORK", "container:node")
+    assert shim._node_network() == "container:node"
+    monkeypatch.setenv("DOCKER_GPUS_NETWORK", "")
+    assert shim._node_network() is None
+    real = tmp_path / "docker"
+    real.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
+    real.chmod(0o755)
+    env = dict(os.environ, DOCKER_GPUS_REAL=str(real), DOCKER_GPUS_LOG=str(tmp_path / "runs.jsonl"),
+               DOCKER_GPUS_DRIVER_LIBS="", DOCKER_GPUS_NETWORK="container:node")
+    out = subprocess.check_output([sys.executable, SHIM, "run", "--network", "host", "img"], env=env)
+    assert out.decode().split() == ["run", "--network", "container:node", "img"]

@@ -104,8 +104,92 @@ def test_the_twin_compiles_the_shipped_cuda_build_in_the_stand_in_images():
     for key in ("llama_cpp_cuda", "llama_cpp_cuda_architectures", "llama_cpp_build_mode",
                 "llama_cpp_cmake_extra_options"):
         assert key not in host
-    assert host["llama_cpp_builder_image"] == "llmops-test/cuda:12.4.1-devel"
-    assert host["llama_cpp_runtime_image"] == "llmops-test/cuda:12.4.1-runtime"
+    # The shipped image names (nvidia/cuda:<the role's tags>) in the twin's registry, by the digests its push
+    # gave: prepare pushes the stand-ins under exactly those names.
+    assert "llama_cpp_builder_image" not in host and "llama_cpp_runtime_image" not in host
+    defaults = load(os.path.join(ROOT, "roles", "llama_cpp", "defaults", "main.yml"))
+    with open(os.path.join(TWIN, "prepare.yml"), encoding="utf-8") as handle:
+        prepare = yaml.safe_load(handle)
+    serve = [task for play in prepare for task in play.get("tasks", [])
+             if task.get("ansible.builtin.include_tasks") == "../shared/mirrors/serve.yml"]
+    assert len(serve) == 1
+    pushed = {image["source"]: image["name"] for image in serve[0]["vars"]["mirrors_images"]}
+    repository = defaults["llama_cpp_cuda_image_repository"]
+    names = {role: "%s:%s" % (repository, defaults["llama_cpp_%s_image_tag" % role])
+             for role in ("builder", "runtime")}
+    assert pushed == {"llmops-test/cuda:12.4.1-devel": names["builder"],
+                      "llmops-test/cuda:12.4.1-runtime": names["runtime"]}
+    for role in ("builder", "runtime"):
+        assert "/mirrors/digests.yml" in host["llama_cpp_%s_image_digest" % role]
+        assert "['%s']" % names[role] in host["llama_cpp_%s_image_digest" % role]
     with open(os.path.join(ROOT, "tests", "images", "cuda.sh"), encoding="utf-8") as handle:
         recipe = handle.read()
     assert '"$repo:12.4.1-devel"' in recipe and '"$repo:12.4.1-runtime"' in recipe
+
+
+def test_the_node_has_no_route_out_and_reaches_the_mirrors_the_override_names():
+    """The node's only network is internal (no route out); every URL of the override is the mirrors' address
+    on it (or the registry on loopback, which the host's daemon pulls from), and those are its allow-list."""
+    molecule = load(os.path.join(TWIN, "molecule.yml"))
+    platform = molecule["platforms"][0]
+    assert "network_mode" not in platform
+    assert [net["name"] for net in platform["networks"]] == ["llmops-l20-noroute"]
+    (network,) = platform["docker_networks"]
+    assert network["name"] == "llmops-l20-noroute" and network["internal"] is True
+    gateway = network["ipam_config"][0]["gateway"]
+    twin_vars = load(os.path.join(TWIN, "vars", "main.yml"))
+    assert twin_vars["mirrors_bind"] == gateway
+    allowed = {(gateway, port) for port in twin_vars["mirrors_allow"][0]["ports"]}
+    mirrors = override()["all"]["children"]["l20"]["hosts"]["l20-node-01"]["llmops_mirrors"]
+    reached = set()
+    for key, value in mirrors.items():
+        if not value:
+            continue
+        if key == "registry":
+            assert value.startswith("127.0.0.1:")
+            continue
+        match = re.fullmatch(r"(?:https?|git)://([0-9.]+):([0-9]+)(?:/.*)?", value)
+        assert match, "%s: %s is not a mirror on the no-route network" % (key, value)
+        reached.add((match.group(1), int(match.group(2))))
+    assert reached == allowed
+
+
+# The twin's own plays (verify, side_effect) run outside the roles: a role's defaults are not loaded there, so
+# a role variable they read must come from the inventories (the shipped one or the override) or carry a
+# default. (verify read llama_cpp_builder_image after the override stopped setting it: undefined at run time.)
+ROLE_VARIABLE = re.compile(r"\b(?:%s)_[a-z0-9_]+" % "|".join(
+    sorted(os.listdir(os.path.join(ROOT, "roles")), key=len, reverse=True)))
+
+
+def unset_role_variables(text, defined):
+    """The role variables text reads (YAML comments aside) that defined lacks and no `| default(` follows."""
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    return sorted({match.group(0) for match in ROLE_VARIABLE.finditer(text)
+                   if match.group(0) not in defined
+                   and not re.match(r"\s*\|\s*default\(", text[match.end():])})
+
+
+def inventory_variables():
+    defined = set(override()["all"]["children"]["l20"]["hosts"]["l20-node-01"])
+    for folder in ("group_vars", "host_vars"):
+        for base, _dirs, files in os.walk(os.path.join(SHIPPED, folder)):
+            for name in files:
+                if name.endswith(".yml"):
+                    defined |= set(load(os.path.join(base, name)) or {})
+    return defined
+
+
+def test_unset_role_variables_finds_a_role_variable_the_inventories_lack():
+    defined = {"llama_cpp_build_root"}
+    text = ("argv: ['{{ llama_cpp_builder_image }}', '{{ llama_cpp_build_root }}']\n"
+            "# llama_cpp_git in a comment\n")
+    assert unset_role_variables(text, defined) == ["llama_cpp_builder_image"]
+    assert unset_role_variables("x: '{{ llama_cpp_install_root | default(\"/opt\") }}'", defined) == []
+    assert unset_role_variables(text, defined | {"llama_cpp_builder_image"}) == []
+
+
+def test_the_twins_own_plays_read_no_role_variable_the_inventories_lack():
+    defined = inventory_variables()
+    for name in ("verify.yml", "verify_node.yml", "side_effect.yml", "converge.yml", "cleanup.yml"):
+        with open(os.path.join(TWIN, name), encoding="utf-8") as handle:
+            assert unset_role_variables(handle.read(), defined) == [], name
