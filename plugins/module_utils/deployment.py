@@ -33,13 +33,13 @@ controller), when it took the lock and when the lock turns stale (``lock_timeout
 deploy (when there is a change to gate) and swap take it; commit and restore need it and give it back;
 release gives it back. Another run's live lock refuses the step, naming the holder, changing nothing; a stale
 one is taken over with a note. A run killed part-way (SIGKILL, a lost terminal) leaves its lock until the
-deadline, which covers two health gates (43 minutes for llama.cpp): so the lock also names the process of its
-run (``lock_owner``: the controller's host name and boot id, the ansible-playbook pid and its start time), the
-refusal returns the lock (``LockHeld.lock``), and the controller, which alone can see its own processes
-(plugins/plugin_utils/rollout.py lock_owner_gone), passes that lock's token back as ``lock_takeover`` when the
-process is gone: that lock is then taken over at once, with a note. A lock of another controller, or of a
-process that still runs, is never taken over before its deadline. Each step itself holds flock on the instance directory while it reads and
-writes, so that two steps never see the lock half-changed.
+deadline, which covers two health gates (43 minutes for llama.cpp): so the lock also names the process of
+its run (``lock_owner``: the controller's host name and boot id, the ansible-playbook pid and its start time),
+the refusal returns the lock (``LockHeld.lock``), and the controller, which alone can see its own processes
+(plugins/plugin_utils/rollout.py lock_owner_gone), passes that lock's token back as ``lock_takeover`` when
+the process is gone: that lock is then taken over at once, with a note. A lock of another controller, or of
+a process that still runs, is never taken over before its deadline. Each step itself holds flock on the
+instance directory while it reads and writes, so that two steps never see the lock half-changed.
 
 A swap puts previous.service live only when its SHA-256 is the one previous.json records, and only when the
 live unit is the one current.json records (nothing pending, nothing edited by hand): else it refuses and the
@@ -105,7 +105,8 @@ class LockHeld(DeploymentError):
 
     def __init__(self, message, lock):
         super(LockHeld, self).__init__(message)
-        self.lock = dict((key, lock.get(key)) for key in ("token", "holder", "owner", "step", "taken", "expires"))
+        self.lock = dict((key, lock.get(key))
+                         for key in ("token", "holder", "owner", "step", "taken", "expires"))
 
 
 class Paths(object):
@@ -721,9 +722,9 @@ def _step(state, paths, unit_content, env_content, keep_failed_unit, record, unr
         result.update(record=plan["record"], previous_record=plan["previous_record"])
     else:
         plan = {"writes": {}}
-    lock_writes, notes = plan_lock(paths, state, token, run_lock["holder"], run_lock["timeout"], lock, now, take,
-                                   bool(apply(plan["writes"], check_mode=True)), check_mode, run_lock["owner"],
-                                   run_lock["takeover"])
+    lock_writes, notes = plan_lock(paths, state, token, run_lock["holder"], run_lock["timeout"], lock, now,
+                                   take, bool(apply(plan["writes"], check_mode=True)), check_mode,
+                                   run_lock["owner"], run_lock["takeover"])
     writes = dict(plan["writes"])
     writes.update(lock_writes)
     changed = [path for path in apply(writes, check_mode=check_mode) if path != paths.slot(LOCK)]

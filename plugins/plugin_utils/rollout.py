@@ -11,8 +11,8 @@ back, and the summary of a rolling update.
     host_servers(host, hostvars, gateway_fact=)    -> [{backend, server, instance}] of `host` at the gateway
     rollback_selection(records, instance=, host=, directory=) -> the instances to put back (or a refusal)
     summary(hosts, hostvars)                       -> {updated, unchanged, failed, untouched, lines}
-    deployment_run(play_name)                      -> {token, holder, owner} of this run, for the deployment locks
-    lock_owner_gone(lock)                          -> whether the run that holds a lock was killed (its process gone)
+    deployment_run(play_name)                      -> {token, holder, owner} of this run, for the locks
+    lock_owner_gone(lock)                          -> whether the run holding a lock was killed (process gone)
 
 Controller-only (plugin_utils), plain Python, unit-tested by tests/unit/plugins/plugin_utils/test_rollout.py;
 roles serving and fleet reach it through plugins/filter/fleet.py.

@@ -82,10 +82,11 @@ def test_a_refusal_returns_the_lock_and_its_token_takes_a_killed_runs_lock_over(
                                                  lock_owner=owner))
     refused = run_module_file(tmp_path, "deployment", args(tmp_path, lock_token=RUN_B, env_content="X=1\n"))
     assert refused["failed"] is True
-    assert (refused["lock"]["token"], refused["lock"]["owner"], refused["lock"]["step"]) == (RUN_A, owner, "deploy")
-    assert refused["lock"]["expires"] > refused["lock"]["taken"]
+    lock = refused["lock"]
+    assert (lock["token"], lock["owner"], lock["step"]) == (RUN_A, owner, "deploy")
+    assert lock["expires"] > lock["taken"]
     taken = run_module_file(tmp_path, "deployment", args(tmp_path, lock_token=RUN_B, env_content="X=1\n",
-                                                         lock_takeover=refused["lock"]["token"]))
+                                                         lock_takeover=lock["token"]))
     assert taken["changed"] is True and taken["locked"] is True
     assert any("its process %s is gone" % owner in w for w in taken["warnings"])
 
