@@ -34,12 +34,13 @@ deploy (when there is a change to gate) and swap take it; commit and restore nee
 release gives it back. Another run's live lock refuses the step, naming the holder, changing nothing; a stale
 one is taken over with a note. A run killed part-way (SIGKILL, a lost terminal) leaves its lock until the
 deadline, which covers two health gates (43 minutes for llama.cpp): so the lock also names the process of
-its run (``lock_owner``: the controller's host name and boot id, the ansible-playbook pid and its start time),
-the refusal returns the lock (``LockHeld.lock``), and the controller, which alone can see its own processes
-(plugins/plugin_utils/rollout.py lock_owner_gone), passes that lock's token back as ``lock_takeover`` when
-the process is gone: that lock is then taken over at once, with a note. A lock of another controller, or of
-a process that still runs, is never taken over before its deadline. Each step itself holds flock on the
-instance directory while it reads and writes, so that two steps never see the lock half-changed.
+its run (``lock_owner``: the controller's host name, boot id and pid namespace, the ansible-playbook pid
+and its start time), the refusal returns the lock (``LockHeld.lock``), and the controller, which alone can
+see its own processes (plugins/plugin_utils/rollout.py lock_owner_gone), passes that lock's token back as
+``lock_takeover`` when the process is gone: that lock is then taken over at once, with a note. A lock of
+another controller, or of a process that still runs, is never taken over before its deadline. Each step
+itself holds flock on the instance directory while it reads and writes, so that two steps never see the
+lock half-changed.
 
 A swap puts previous.service live only when its SHA-256 is the one previous.json records, and only when the
 live unit is the one current.json records (nothing pending, nothing edited by hand): else it refuses and the
@@ -85,9 +86,10 @@ LOCK = "lock.json"
 # A run's token: what the role passes (fleet_deployment_run); the holder: who that run is, for the messages.
 TOKEN_RE = whole(r"[A-Za-z0-9][A-Za-z0-9._:-]{7,127}")
 HOLDER_RE = whole(r"[^\x00-\x1f\x7f]{1,300}")
-# The process of a run (rollout.run_owner): host name, boot id, ansible-playbook's pid and its start time
-# in clock ticks since boot (a pid used again by another process has another start time).
-OWNER_RE = whole(r"host=[A-Za-z0-9._-]{1,253} boot=[0-9a-f-]{36} pid=[0-9]{1,10} start=[0-9]{1,20}")
+# The process of a run (rollout.run_owner): host name, boot id, pid namespace, ansible-playbook's pid and its
+# start time in clock ticks since boot (a pid used again by another process has another start time).
+OWNER_RE = whole(r"host=[A-Za-z0-9._-]{1,253} boot=[0-9a-f-]{36} pidns=[0-9]{1,20} pid=[0-9]{1,10} "
+                  r"start=[0-9]{1,20}")
 # How long a lock holds when the caller does not say (the role passes its health timeouts): after that
 # the run that took it counts as gone.
 LOCK_TIMEOUT = 3600
@@ -403,8 +405,9 @@ def check_run(token, holder, timeout, owner=None, takeover=None):
         raise DeploymentError("lock_takeover must be the token of the lock to take over (8 to 128 letters, "
                               "digits, '.', '_', ':' or '-'), got %r" % (takeover,))
     if owner is not None and (not isinstance(owner, str) or not OWNER_RE.fullmatch(owner)):
-        raise DeploymentError("lock_owner must read 'host=<name> boot=<boot id> pid=<pid> start=<ticks>' "
-                              "(role serving passes fleet_deployment_run's owner), got %r" % (owner,))
+        raise DeploymentError("lock_owner must read 'host=<name> boot=<boot id> pidns=<inode> pid=<pid> "
+                              "start=<ticks>' (role serving passes fleet_deployment_run's owner), got %r"
+                              % (owner,))
     if holder is not None and (not isinstance(holder, str) or not HOLDER_RE.fullmatch(holder)):
         raise DeploymentError("lock_holder must be one line of at most 300 characters, got %r" % (holder,))
     if isinstance(timeout, bool) or not isinstance(timeout, int) or not 60 <= timeout <= 7 * 86400:
@@ -475,7 +478,7 @@ def plan_lock(paths, state, token, holder, timeout, lock, now, take, writes, che
     status = lock_state(lock, token, now, takeover)
     notes = []
     if status == "stale" and state in ("deploy", "swap"):
-        why = ("its process %s is gone (killed, or the controller restarted)" % lock.get("owner")
+        why = ("its process %s is gone (killed, or it ended without giving the lock back)" % lock.get("owner")
                if now < lock["expires"] else "and did not commit, restore or release it before %s"
                % _when(lock["expires"]))
         notes.append("%s the stale deployment lock of instance %s: %s, %s" % (

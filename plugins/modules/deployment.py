@@ -116,15 +116,16 @@ options:
   lock_owner:
     description:
       - The process of this run, written into the lock - C(host=<controller host name> boot=<boot id>
-        pid=<ansible-playbook pid> start=<its start time in clock ticks>) (role serving passes the filter
-        C(llmops.serving.fleet_deployment_run)'s C(owner)). The next run's controller reads it back from
-        RV(lock) to tell whether this run was killed (C(llmops.serving.fleet_lock_owner_gone)).
+        pidns=<pid namespace inode> pid=<ansible-playbook pid> start=<its start time in clock ticks>) (role
+        serving passes the filter C(llmops.serving.fleet_deployment_run)'s C(owner)). The next run's
+        controller reads it back from RV(lock) to tell whether this run was killed
+        (C(llmops.serving.fleet_lock_owner_gone)).
     type: str
   lock_takeover:
     description:
-      - The token of another run's lock whose process the controller found gone (killed part-way, or the
-        controller restarted) - RV(lock.token) of the refused step. That lock is taken over at once, with a
-        note, instead of after its O(lock_timeout); a lock with any other token is still refused.
+      - The token of another run's lock whose process the controller found gone (killed part-way, or ended
+        without giving the lock back) - RV(lock.token) of the refused step. That lock is taken over at once,
+        with a note, instead of after its O(lock_timeout); a lock with any other token is still refused.
     type: str
 attributes:
   check_mode:

@@ -72,20 +72,28 @@ def deployment_run(play_name=None, _now=None):
             "holder": re.sub(r"[\x00-\x1f\x7f]+", " ", holder)[:300], "owner": run_owner()}
 
 
-# The lock's owner (module deployment's OWNER_RE): which process on which controller, since which boot.
+# The lock's owner (module deployment's OWNER_RE): which process, in which pid namespace of which boot of a
+# kernel (the host name is for people: two controllers may share one).
 _OWNER_RE = re.compile(r"host=(?P<host>[A-Za-z0-9._-]{1,253}) boot=(?P<boot>[0-9a-f-]{36}) "
-                       r"pid=(?P<pid>[0-9]{1,10}) start=(?P<start>[0-9]{1,20})\Z")
+                       r"pidns=(?P<pidns>[0-9]{1,20}) pid=(?P<pid>[0-9]{1,10}) "
+                       r"start=(?P<start>[0-9]{1,20})\Z")
 
 
 def _controller(proc):
-    """(host name as the owner spells it, boot id) of this controller; the boot id None without /proc."""
+    """(host name as the owner spells it, boot id, pid namespace inode) of this controller's processes; the
+    boot id or namespace None where /proc does not tell."""
     host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname() or "?")[:253]
     try:
         with open(os.path.join(proc, "sys/kernel/random/boot_id")) as handle:
             boot = handle.read().strip()
     except (IOError, OSError):
         boot = None
-    return host, boot if boot and re.match(r"[0-9a-f-]{36}\Z", boot) else None
+    try:
+        pidns = re.match(r"pid:\[([0-9]{1,20})\]\Z", os.readlink(os.path.join(proc, "self/ns/pid")))
+    except (IOError, OSError):
+        pidns = None
+    return (host, boot if boot and re.match(r"[0-9a-f-]{36}\Z", boot) else None,
+            pidns.group(1) if pidns else None)
 
 
 def _start_ticks(proc, pid):
@@ -109,30 +117,29 @@ def _playbook_pid():
 
 
 def run_owner(_proc="/proc", _pid=None):
-    """This run's process, as module deployment records it in a lock (lock_owner): host name, boot id,
-    ansible-playbook's pid and its start time; None where /proc cannot tell (then a killed run's lock waits
-    for its deadline, as before)."""
-    host, boot = _controller(_proc)
+    """This run's process, as module deployment records it in a lock (lock_owner): host name, boot id, pid
+    namespace, ansible-playbook's pid and its start time; None where /proc cannot tell (then a killed run's
+    lock waits for its deadline, as before)."""
+    host, boot, pidns = _controller(_proc)
     pid = _playbook_pid() if _pid is None else _pid
     start = _start_ticks(_proc, pid)
-    if boot is None or start is None:
+    if boot is None or pidns is None or start is None:
         return None
-    return "host=%s boot=%s pid=%d start=%s" % (host, boot, pid, start)
+    return "host=%s boot=%s pidns=%s pid=%d start=%s" % (host, boot, pidns, pid, start)
 
 
 def lock_owner_gone(lock, _proc="/proc"):
     """Whether the run holding `lock` (module deployment's refusal: {token, owner, ...}) is gone: its owner is
-    a process of this controller (same host name) that no longer runs - the controller booted since, or no
-    process has that pid and start time (killed, ended). False for a lock of another controller, without an
+    a process this controller can see - the same boot of the same kernel and the same pid namespace - and no
+    process has that pid and start time now (killed, or ended; a zombie counts as gone). False for a lock of
+    another controller (or container, or of this one before it rebooted: /proc cannot tell), without an
     owner, or of a process that still runs: those locks wait for their deadline."""
     match = _OWNER_RE.match(str((lock or {}).get("owner") or ""))
     if not match:
         return False
-    host, boot = _controller(_proc)
-    if boot is None or match.group("host") != host:
+    _host, boot, pidns = _controller(_proc)
+    if boot is None or (match.group("boot"), match.group("pidns")) != (boot, pidns):
         return False
-    if match.group("boot") != boot:
-        return True
     return _start_ticks(_proc, int(match.group("pid"))) != match.group("start")
 
 

@@ -413,7 +413,7 @@ def test_a_stale_lock_is_taken_over_with_a_note_and_a_live_one_is_not(node):
         node.commit({"unit_changed": True, "env_changed": True}, 2, _now=lambda: taken + 601)
 
 
-OWNER_A = "host=ctl-a boot=0f3c2a9e-5b1d-4c7e-9a2f-1d2e3f4a5b6c pid=4242 start=987654"
+OWNER_A = "host=ctl-a boot=0f3c2a9e-5b1d-4c7e-9a2f-1d2e3f4a5b6c pidns=4026531836 pid=4242 start=987654"
 
 
 def test_a_killed_runs_lock_is_taken_over_at_once_only_with_its_token(node):
@@ -441,7 +441,8 @@ def test_a_killed_runs_lock_is_taken_over_at_once_only_with_its_token(node):
     (note,) = b["notes"]
     assert note.startswith("took over the stale deployment lock of instance q: play 'serve' by alice (run %s)"
                            % RUN_A)
-    assert note.endswith("its process %s is gone (killed, or the controller restarted)" % OWNER_A)
+    assert note.endswith("its process %s is gone (killed, or it ended without giving the lock back)"
+                         % OWNER_A)
     # the killed run's change (v2's unit, never gated) is this run's change now: restarted and gated
     assert b["unit_changed"] is True and b["rollback"] == ["unit", "environment file"]
 

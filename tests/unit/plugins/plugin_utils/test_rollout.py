@@ -4,7 +4,6 @@
 """plugins/plugin_utils/rollout.py and plugins/filter/fleet.py: records, servers, rollback choice, summary."""
 
 import os
-import re
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -176,6 +175,7 @@ def test_deployment_run_is_a_new_token_per_run_that_module_deployment_accepts():
 
 
 BOOT = "0f3c2a9e-5b1d-4c7e-9a2f-1d2e3f4a5b6c"
+PIDNS = "4026531836"
 
 
 def fake_proc(tmp_path, boot=BOOT, processes=()):
@@ -184,6 +184,8 @@ def fake_proc(tmp_path, boot=BOOT, processes=()):
     proc = tmp_path / "proc"
     (proc / "sys/kernel/random").mkdir(parents=True)
     (proc / "sys/kernel/random/boot_id").write_text(boot + "\n")
+    (proc / "self/ns").mkdir(parents=True)
+    os.symlink("pid:[%s]" % PIDNS, str(proc / "self/ns/pid"))
     for pid, start in dict(processes).items():
         start, state = start if isinstance(start, tuple) else (start, "S")
         (proc / str(pid)).mkdir()
@@ -199,7 +201,7 @@ def test_run_owner_names_this_process_as_module_deployment_accepts(tmp_path):
 
     proc = fake_proc(tmp_path, processes={4242: 987654})
     owner = rollout.run_owner(_proc=proc, _pid=4242)
-    assert owner.endswith(" boot=%s pid=4242 start=987654" % BOOT)
+    assert owner.endswith(" boot=%s pidns=%s pid=4242 start=987654" % (BOOT, PIDNS))
     assert deployment.OWNER_RE.fullmatch(owner)
     assert rollout.run_owner(_proc=proc, _pid=4243) is None
     assert rollout.run_owner(_proc=str(tmp_path / "none"), _pid=4242) is None
@@ -208,22 +210,22 @@ def test_run_owner_names_this_process_as_module_deployment_accepts(tmp_path):
     assert real is None or (deployment.OWNER_RE.fullmatch(real) and " pid=%d " % os.getpid() in real)
 
 
-@pytest.mark.parametrize("owner, gone", [
-    ("host={host} boot=%s pid=4242 start=987654" % BOOT, False),            # still runs
-    ("host={host} boot=%s pid=4243 start=987654" % BOOT, True),             # killed: no such process
-    ("host={host} boot=%s pid=4244 start=987654" % BOOT, True),             # killed, a zombie not reaped yet
-    ("host={host} boot=%s pid=4242 start=111111" % BOOT, True),             # its pid, another process now
-    ("host={host} boot=1f3c2a9e-5b1d-4c7e-9a2f-1d2e3f4a5b6c pid=4242 start=987654", True),  # rebooted since
-    ("host=another-controller boot=%s pid=4243 start=987654" % BOOT, False),  # not ours to tell
-    ("host={host} boot=%s pid=4243 start=987654\n" % BOOT, False),          # not an owner
-    (None, False),                                                        # a lock of an older version
-])
-def test_lock_owner_gone_only_for_a_process_of_this_controller_that_ended(tmp_path, owner, gone):
-    import socket
+THIS = "host=any boot=%s pidns=%s" % (BOOT, PIDNS)
 
+
+@pytest.mark.parametrize("owner, gone", [
+    (THIS + " pid=4242 start=987654", False),                                 # still runs
+    (THIS + " pid=4243 start=987654", True),                                  # killed: no such process
+    (THIS + " pid=4244 start=987654", True),                                  # killed, a zombie not reaped
+    (THIS + " pid=4242 start=111111", True),                                  # its pid, another process now
+    ("host=any boot=1f3c2a9e-5b1d-4c7e-9a2f-1d2e3f4a5b6c pidns=%s pid=4243 start=987654" % PIDNS,
+     False),                                                                  # another kernel (or boot)
+    ("host=any boot=%s pidns=4026532999 pid=4243 start=987654" % BOOT, False),  # another container's pids
+    (THIS + " pid=4243 start=987654\n", False),                               # not an owner
+    (None, False),                                                            # a lock of an older version
+])
+def test_lock_owner_gone_only_for_a_process_this_controller_sees_that_ended(tmp_path, owner, gone):
     proc = fake_proc(tmp_path, processes={4242: 987654, 4244: (987654, "Z")})
-    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
-    lock = {"token": "20261205T100000Z-aaaaaaaaaaaaaaaa",
-            "owner": owner.replace("{host}", host) if owner else owner}
-    assert rollout.lock_owner_gone(lock, _proc=proc) is gone
+    assert rollout.lock_owner_gone({"token": "20261205T100000Z-aaaaaaaaaaaaaaaa", "owner": owner},
+                                   _proc=proc) is gone
     assert FILTERS["fleet_lock_owner_gone"](None) is False
