@@ -4,10 +4,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Run a command in its own process group and SIGKILL the whole group at a chosen point (molecule/fleet).
 
-    kill_at.py --mark FILE --log FILE [--health-down URL] [--timeout S] -- ansible-playbook ...
+    kill_at.py --mark FILE --log FILE [--health-down URL [--health-wait S]] [--timeout S] -- COMMAND...
 
 The point: FILE appears (callback/fault_marker.py writes it when the run reaches the chosen task), then, with
---health-down, URL stops answering 200 (the restart the run started is under way). Then `kill -9 -<pgid>`, as
+--health-down, URL stops answering 200 (the restart the run started is under way; at most --health-wait
+seconds, then it kills anyway and says so: "health_down": false). Then `kill -9 -<pgid>`, as
 an operator's lost session or the OOM killer would end it, and the run is reaped (no zombie: its pid is gone).
 Prints one JSON line: {"killed": true, "mark": ..., "killed_at": epoch, "rc": ...}; exits 1 when the run ended
 or the timeout passed before the point (the fault was not injected). Loopback only, proxies ignored.
@@ -35,6 +36,7 @@ def main():
     parser.add_argument("--mark", required=True)
     parser.add_argument("--log", required=True)
     parser.add_argument("--health-down")
+    parser.add_argument("--health-wait", type=float, default=60)
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
@@ -45,12 +47,14 @@ def main():
     deadline = time.time() + args.timeout
     with open(args.log, "wb") as log:
         run = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    stage = "mark"
+    stage, health_down, marked = "mark", None, None
     while time.time() < deadline and run.poll() is None:
         if stage == "mark" and os.path.exists(args.mark):
-            stage = "health" if args.health_down else "kill"
-        if stage == "health" and not healthy(opener, args.health_down):
-            stage = "kill"
+            stage, marked = ("health" if args.health_down else "kill"), time.time()
+        if stage == "health":
+            health_down = not healthy(opener, args.health_down)
+            if health_down or time.time() > marked + args.health_wait:
+                stage = "kill"
         if stage == "kill":
             os.killpg(run.pid, signal.SIGKILL)
             killed_at = time.time()
@@ -58,7 +62,7 @@ def main():
             with open(args.mark) as handle:
                 mark = handle.read().strip()
             print(json.dumps({"killed": True, "mark": mark, "killed_at": killed_at, "pid": run.pid,
-                              "rc": rc}))
+                              "rc": rc, "health_down": health_down}))
             return 0
         time.sleep(0.05)
     if run.poll() is None:
