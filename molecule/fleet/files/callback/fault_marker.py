@@ -40,11 +40,13 @@ class CallbackModule(CallbackBase):
         self.done = False
 
     def _reached(self, task, host=None):
-        if self.done or not self.task or not self.mark or not task.get_name().startswith(self.task):
+        # the task's own name: get_name() puts "<role> : " before the tasks of a role
+        name = task.get_name().split(" : ", 1)[-1]
+        if self.done or not self.task or not self.mark or not name.startswith(self.task):
             return
         self.done = True
         with open(self.mark + ".tmp", "w") as handle:
-            handle.write("%s\t%s\t%.3f\n" % (task.get_name(), host or "-", time.time()))
+            handle.write("%s\t%s\t%.3f\n" % (name, host or "-", time.time()))
         os.rename(self.mark + ".tmp", self.mark)
         end = time.time() + self.hold
         while time.time() < end:
