@@ -10,8 +10,9 @@ The point: FILE appears (callback/fault_marker.py writes it when the run reaches
 --health-down, URL stops answering 200 (the restart the run started is under way; at most --health-wait
 seconds, then it kills anyway and says so: "health_down": false). Then `kill -9 -<pgid>`, as
 an operator's lost session or the OOM killer would end it, and the run is reaped (no zombie: its pid is gone).
-Prints one JSON line: {"killed": true, "mark": ..., "killed_at": epoch, "rc": ...}; exits 1 when the run ended
-or the timeout passed before the point (the fault was not injected). Loopback only, proxies ignored.
+Prints one JSON line: {"killed": true, "task", "host", "marked_at", "killed_at", "rc", ...}; exits 1 when
+the run ended or the timeout passed before the point (the fault was not injected). Loopback only, proxies
+ignored.
 """
 import argparse
 import json
@@ -60,9 +61,10 @@ def main():
             killed_at = time.time()
             rc = run.wait(30)
             with open(args.mark) as handle:
-                mark = handle.read().strip()
-            print(json.dumps({"killed": True, "mark": mark, "killed_at": killed_at, "pid": run.pid,
-                              "rc": rc, "health_down": health_down}))
+                task, host, marked_at = handle.read().rstrip("\n").split("\t")
+            print(json.dumps({"killed": True, "task": task, "host": None if host == "-" else host,
+                              "marked_at": float(marked_at), "killed_at": killed_at, "pid": run.pid, "rc": rc,
+                              "health_down": health_down}))
             return 0
         time.sleep(0.05)
     if run.poll() is None:
