@@ -10,6 +10,7 @@
     {{ records | llmops.serving.fleet_rollback_selection(instance=, host=, directory=) }}
     {{ ansible_play_hosts_all | llmops.serving.fleet_summary(hostvars) }}
     {{ ansible_play_name | llmops.serving.fleet_deployment_run }}     (once per run: keep it with set_fact)
+    {{ refused_step.lock | llmops.serving.fleet_lock_owner_gone }}    (the run holding that lock was killed)
 """
 from __future__ import absolute_import, division, print_function
 
@@ -43,4 +44,5 @@ class FilterModule(object):
             "fleet_rollback_selection": _wrap(rollout.rollback_selection),
             "fleet_summary": _wrap(fleet_summary),
             "fleet_deployment_run": _wrap(rollout.deployment_run),
+            "fleet_lock_owner_gone": _wrap(rollout.lock_owner_gone),
         }

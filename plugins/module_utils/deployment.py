@@ -32,8 +32,15 @@ instance: its token (one per play run, ``lock_token``), who it is (``lock_holder
 controller), when it took the lock and when the lock turns stale (``lock_timeout`` later: that run is gone).
 deploy (when there is a change to gate) and swap take it; commit and restore need it and give it back;
 release gives it back. Another run's live lock refuses the step, naming the holder, changing nothing; a stale
-one is taken over with a note. Each step itself holds flock on the instance directory while it reads and
-writes, so that two steps never see the lock half-changed.
+one is taken over with a note. A run killed part-way (SIGKILL, a lost terminal) leaves its lock until the
+deadline, which covers two health gates (43 minutes for llama.cpp): so the lock also names the process of
+its run (``lock_owner``: the controller's host name, boot id and pid namespace, the ansible-playbook pid
+and its start time), the refusal returns the lock (``LockHeld.lock``), and the controller, which alone can
+see its own processes (plugins/plugin_utils/rollout.py lock_owner_gone), passes that lock's token back as
+``lock_takeover`` when the process is gone: that lock is then taken over at once, with a note. A lock of
+another controller, or of a process that still runs, is never taken over before its deadline. Each step
+itself holds flock on the instance directory while it reads and writes, so that two steps never see the
+lock half-changed.
 
 A swap puts previous.service live only when its SHA-256 is the one previous.json records, and only when the
 live unit is the one current.json records (nothing pending, nothing edited by hand): else it refuses and the
@@ -79,6 +86,10 @@ LOCK = "lock.json"
 # A run's token: what the role passes (fleet_deployment_run); the holder: who that run is, for the messages.
 TOKEN_RE = whole(r"[A-Za-z0-9][A-Za-z0-9._:-]{7,127}")
 HOLDER_RE = whole(r"[^\x00-\x1f\x7f]{1,300}")
+# The process of a run (rollout.run_owner): host name, boot id, pid namespace, ansible-playbook's pid and its
+# start time in clock ticks since boot (a pid used again by another process has another start time).
+OWNER_RE = whole(r"host=[A-Za-z0-9._-]{1,253} boot=[0-9a-f-]{36} pidns=[0-9]{1,20} pid=[0-9]{1,10} "
+                  r"start=[0-9]{1,20}")
 # How long a lock holds when the caller does not say (the role passes its health timeouts): after that
 # the run that took it counts as gone.
 LOCK_TIMEOUT = 3600
@@ -88,6 +99,16 @@ GUARD_WAIT = 30.0
 
 class DeploymentError(Exception):
     """A lifecycle step cannot be carried out; the message says why and what to do."""
+
+
+class LockHeld(DeploymentError):
+    """Another run's live lock refused the step; ``lock`` is its record ({token, holder, owner, step, taken,
+    expires}), for the controller to tell whether that run's process is gone (``lock_takeover``)."""
+
+    def __init__(self, message, lock):
+        super(LockHeld, self).__init__(message)
+        self.lock = dict((key, lock.get(key))
+                         for key in ("token", "holder", "owner", "step", "taken", "expires"))
 
 
 class Paths(object):
@@ -374,11 +395,19 @@ def query(root, name=None):
 
 # --- the lock: which run deploys or swaps the instance now ----------------------------------------------
 
-def check_run(token, holder, timeout):
-    """The run's token, holder and lock timeout, checked (they reach lock.json and the messages)."""
+def check_run(token, holder, timeout, owner=None, takeover=None):
+    """The run's token, holder, owner, lock timeout and the token of a gone run's lock, checked (they reach
+    lock.json and the messages)."""
     if not isinstance(token, str) or not TOKEN_RE.fullmatch(token):
         raise DeploymentError("lock_token must be 8 to 128 letters, digits, '.', '_', ':' or '-' (one per "
                               "run of a play: role serving passes fleet_deployment_run), got %r" % (token,))
+    if takeover is not None and (not isinstance(takeover, str) or not TOKEN_RE.fullmatch(takeover)):
+        raise DeploymentError("lock_takeover must be the token of the lock to take over (8 to 128 letters, "
+                              "digits, '.', '_', ':' or '-'), got %r" % (takeover,))
+    if owner is not None and (not isinstance(owner, str) or not OWNER_RE.fullmatch(owner)):
+        raise DeploymentError("lock_owner must read 'host=<name> boot=<boot id> pidns=<inode> pid=<pid> "
+                              "start=<ticks>' (role serving passes fleet_deployment_run's owner), got %r"
+                              % (owner,))
     if holder is not None and (not isinstance(holder, str) or not HOLDER_RE.fullmatch(holder)):
         raise DeploymentError("lock_holder must be one line of at most 300 characters, got %r" % (holder,))
     if isinstance(timeout, bool) or not isinstance(timeout, int) or not 60 <= timeout <= 7 * 86400:
@@ -402,14 +431,14 @@ def read_lock(paths):
     return lock
 
 
-def lock_state(lock, token, now):
-    """free (no lock), ours (this run's), stale (another run's, past its deadline: that run is gone) or
-    held (another run's, live)."""
+def lock_state(lock, token, now, takeover=None):
+    """free (no lock), ours (this run's), stale (another run's, past its deadline, or the one the controller
+    found gone: `takeover` is its token) or held (another run's, live)."""
     if lock is None:
         return "free"
     if lock["token"] == token:
         return "ours"
-    return "stale" if now >= lock["expires"] else "held"
+    return "stale" if now >= lock["expires"] or lock["token"] == takeover else "held"
 
 
 def _when(seconds):
@@ -424,30 +453,36 @@ def describe_lock(lock):
 
 def held_error(paths, lock, state):
     """Another run holds the instance: the refusal that names it and how to clear a lock that is stale."""
-    return DeploymentError(
+    return LockHeld(
         "instance %s is locked by %s: it is deploying, health-gating or rolling back this instance. Nothing "
         "was changed by this %s; wait until that run has finished and run again. If that run is really gone "
         "(killed, its controller lost), remove %s on this node, or wait until %s, when the lock counts as "
         "stale and the next run takes it over"
-        % (paths.name, describe_lock(lock), state, paths.slot(LOCK), _when(lock["expires"])))
+        % (paths.name, describe_lock(lock), state, paths.slot(LOCK), _when(lock["expires"])), lock)
 
 
-def new_lock(token, holder, timeout, step, now):
-    return record_bytes({"token": token, "holder": holder, "step": step, "taken": now,
-                         "expires": now + timeout})
+def new_lock(token, holder, timeout, step, now, owner=None):
+    lock = {"token": token, "holder": holder, "step": step, "taken": now, "expires": now + timeout}
+    if owner is not None:
+        lock["owner"] = owner
+    return record_bytes(lock)
 
 
-def plan_lock(paths, state, token, holder, timeout, lock, now, take, writes, check_mode=False):
+def plan_lock(paths, state, token, holder, timeout, lock, now, take, writes, check_mode=False, owner=None,
+              takeover=None):
     """{lock path: (new bytes or None, mode)} and the notes for step `state`: deploy and swap take the lock
     (`take`: deploy only when there is a change to gate), commit and restore need it to change anything
     (`writes`: they would) and give it back, release gives it back when it is this run's (run() has refused
-    another live run's lock already)."""
-    status = lock_state(lock, token, now)
+    another live run's lock already). `takeover`: the token of a lock whose run's process the controller
+    found gone."""
+    status = lock_state(lock, token, now, takeover)
     notes = []
     if status == "stale" and state in ("deploy", "swap"):
-        notes.append("%s the stale deployment lock of instance %s: %s, and did not commit, restore or "
-                     "release it before %s" % ("took over" if take else "removed", paths.name,
-                                               describe_lock(lock), _when(lock["expires"])))
+        why = ("its process %s is gone (killed, or it ended without giving the lock back)" % lock.get("owner")
+               if now < lock["expires"] else "and did not commit, restore or release it before %s"
+               % _when(lock["expires"]))
+        notes.append("%s the stale deployment lock of instance %s: %s, %s" % (
+            "took over" if take else "removed", paths.name, describe_lock(lock), why))
     unheld = status != "ours" and not (check_mode and status == "free")
     if state in ("commit", "restore") and writes and unheld:
         why = ("it is free: this run's deploy did not take it, or the lock was removed" if status == "free"
@@ -461,7 +496,7 @@ def plan_lock(paths, state, token, holder, timeout, lock, now, take, writes, che
         notes.append("the deployment lock of instance %s is held by %s, not by this run: left alone"
                      % (paths.name, describe_lock(lock)))
     if take:
-        return {paths.slot(LOCK): (new_lock(token, holder, timeout, state, now), RECORD_MODE)}, notes
+        return {paths.slot(LOCK): (new_lock(token, holder, timeout, state, now, owner), RECORD_MODE)}, notes
     if status == "ours" or (status == "stale" and state == "deploy"):   # deploy: nothing to gate
         return {paths.slot(LOCK): (None, RECORD_MODE)}, notes
     return {}, notes
@@ -626,7 +661,8 @@ def open_instance_dir(paths, create, check_mode=False):
 
 def run(state, root, name=None, unit_file=None, env_file=None, unit_content=None, env_content=None,
         keep_failed_unit=None, record=None, unrecorded_record=None, unit_changed=False, env_changed=False,
-        lock_token=None, lock_holder=None, lock_timeout=LOCK_TIMEOUT, check_mode=False, _now=time.time):
+        lock_token=None, lock_holder=None, lock_timeout=LOCK_TIMEOUT, check_mode=False, _now=time.time,
+        lock_owner=None, lock_takeover=None):
     """One lifecycle step; returns the module's result (without the content of any env file)."""
     if state not in STATES:
         raise DeploymentError("state must be one of %s, got %r" % (", ".join(STATES), state))
@@ -639,12 +675,14 @@ def run(state, root, name=None, unit_file=None, env_file=None, unit_content=None
         for option in ("unit_file", "env_file"):
             if getattr(paths, option) is None:
                 raise DeploymentError("state %s needs %s" % (state, option))
-    check_run(lock_token, lock_holder, lock_timeout)
+    check_run(lock_token, lock_holder, lock_timeout, lock_owner, lock_takeover)
+    run_lock = {"token": lock_token, "holder": lock_holder, "timeout": lock_timeout, "owner": lock_owner,
+                "takeover": lock_takeover}
     fd, dir_repaired = open_instance_dir(paths, create=state == "deploy" and not check_mode,
                                          check_mode=check_mode)
     try:
         result = _step(state, paths, unit_content, env_content, keep_failed_unit, record, unrecorded_record,
-                       unit_changed, env_changed, lock_token, lock_holder, lock_timeout, check_mode,
+                       unit_changed, env_changed, run_lock, check_mode,
                        read_lock(paths) if fd is not None else None, _now())
     finally:
         if fd is not None:
@@ -656,9 +694,11 @@ def run(state, root, name=None, unit_file=None, env_file=None, unit_content=None
 
 
 def _step(state, paths, unit_content, env_content, keep_failed_unit, record, unrecorded_record, unit_changed,
-          env_changed, token, holder, timeout, check_mode, lock, now):
-    """run()'s step under the instance directory's flock: `lock` is the lock record as it is now."""
-    if lock_state(lock, token, now) == "held" and state != "release":
+          env_changed, run_lock, check_mode, lock, now):
+    """run()'s step under the instance directory's flock: `lock` is the lock record as it is now, `run_lock`
+    this run's {token, holder, timeout, owner, takeover}."""
+    token = run_lock["token"]
+    if lock_state(lock, token, now, run_lock["takeover"]) == "held" and state != "release":
         # first: another run's unfinished change would otherwise be the reason given
         raise held_error(paths, lock, state)
     result = {"dir": paths.root, "instance_dir": paths.dir}
@@ -685,8 +725,9 @@ def _step(state, paths, unit_content, env_content, keep_failed_unit, record, unr
         result.update(record=plan["record"], previous_record=plan["previous_record"])
     else:
         plan = {"writes": {}}
-    lock_writes, notes = plan_lock(paths, state, token, holder, timeout, lock, now, take,
-                                   bool(apply(plan["writes"], check_mode=True)), check_mode)
+    lock_writes, notes = plan_lock(paths, state, token, run_lock["holder"], run_lock["timeout"], lock, now,
+                                   take, bool(apply(plan["writes"], check_mode=True)), check_mode,
+                                   run_lock["owner"], run_lock["takeover"])
     writes = dict(plan["writes"])
     writes.update(lock_writes)
     changed = [path for path in apply(writes, check_mode=check_mode) if path != paths.slot(LOCK)]

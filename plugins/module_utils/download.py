@@ -120,8 +120,10 @@ from ansible_collections.llmops.serving.plugins.module_utils.download_messages i
 )
 from ansible_collections.llmops.serving.plugins.module_utils.download_options import normalize
 from ansible_collections.llmops.serving.plugins.module_utils.download_parts import (
+    DISK_FULL,
     drop_state,
     free_space_check,
+    no_room,
     owned_paths,
     part_path,
     resumable_bytes,
@@ -538,13 +540,31 @@ def apply(plan, progress, t0, set_attributes=None):
     return result
 
 
+# What a sidecar record takes on disk: one block.
+RECORD_ROOM = 4096
+
+
 def write_sidecar(t, sha, _stat=None):
+    """Record that t's file (at its final path, hashed in this run) has sha256 ``sha``.  A disk full here
+    (something else filled it while this run downloaded into its preallocated part) fails naming the
+    filesystem; the file stays in place (its temporary record is removed) and the next run hashes it once
+    and records it, without fetching it again."""
     if _stat is None:
         _stat = check_own_path(t.final_path)
         if _stat is None:
             raise DownloadError("%s vanished before its record was written; rerun" % t.final_path)
-    return write_sidecar_record(t.final_path, sha, _stat=_stat, commit=t.commit, etag=t.etag, source=t.source,
-                                source_url=t.source_url)
+    try:
+        return write_sidecar_record(t.final_path, sha, _stat=_stat, commit=t.commit, etag=t.etag,
+                                    source=t.source, source_url=t.source_url)
+    except OSError as e:
+        if e.errno not in DISK_FULL:
+            raise
+        raise DownloadError(
+            "disk full while writing %s, the verification record of %s (%s): the file is in place with "
+            "sha256 %s, but nothing records that yet; %s: the next run hashes the file once and records it, "
+            "without downloading it again" % (sidecar_path(t.final_path), t.final_path, os.strerror(e.errno),
+                                              sha, no_room(t.final_path, RECORD_ROOM)),
+            disk_full=True) from None
 
 
 def _verify_in_place(step, progress, plan):

@@ -22,6 +22,7 @@ import json
 import os
 import stat
 
+from ansible_collections.llmops.serving.plugins.module_utils.disk_plan import existing_ancestor, mount_point
 from ansible_collections.llmops.serving.plugins.module_utils.download_messages import DownloadError, human
 from ansible_collections.llmops.serving.plugins.module_utils.download_ranges import Ranges
 from ansible_collections.llmops.serving.plugins.module_utils.model_sidecar import sidecar_path
@@ -130,11 +131,29 @@ def drop_state(t):
         os.unlink(state_path(t))
 
 
-def disk_error(e, path):
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return DownloadError("disk full while writing %s (%s): free space (or choose another dest) and "
-                             "rerun; the partial download is kept and resumes" % (path, os.strerror(e.errno)),
-                             disk_full=True)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def no_room(path, need, margin=0):
+    """Where the room is missing and what to do, for every disk-full message of a download: the filesystem
+    that holds ``path`` by its mount point, its free space, and the ``need`` bytes (+ ``margin``) wanted."""
+    try:
+        mount = mount_point(path)
+        vfs = os.statvfs(existing_ancestor(path))
+        where, free = "the filesystem mounted at %s" % mount, human(vfs.f_bavail * vfs.f_frsize)
+    except OSError:
+        where, free, mount = "the filesystem of %s" % path, "unknown", "it"
+    extra = " (+%s margin)" % human(margin) if margin else ""
+    return ("%s has %s free, %s needed%s. Free space on %s, or set dest to a directory on another "
+            "filesystem, and rerun" % (where, free, human(need), extra, mount))
+
+
+def disk_error(e, path, remaining=None):
+    """The DownloadError of a failed write into the part: disk full (the filesystem does not reserve the
+    preallocated blocks: ZFS, NFS, thin volumes) says where and how much; the part is kept for the rerun."""
+    if e.errno in DISK_FULL:
+        return DownloadError("disk full while writing %s (%s): %s; the partial download is kept and resumes"
+                             % (path, os.strerror(e.errno), no_room(path, remaining or 0)), disk_full=True)
     return DownloadError("cannot write %s: %s" % (path, e))
 
 
@@ -155,10 +174,9 @@ def preallocate(fd, size, path):
                     raise
         os.ftruncate(fd, size)
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DownloadError("disk full: cannot make room for %s (%s, %s): free space (or choose another "
-                                "dest) and rerun" % (path, human(size), os.strerror(e.errno)),
-                                disk_full=True) from None
+        if e.errno in DISK_FULL:
+            raise DownloadError("disk full: cannot make room for %s (%s): %s" % (
+                path, os.strerror(e.errno), no_room(path, size)), disk_full=True) from None
         raise DownloadError("cannot make %s %d bytes long (%s): too large for the filesystem of dest, or a "
                             "wrong size; nothing was downloaded" % (path, size, os.strerror(e.errno)
                                                                     if e.errno else e)) from None
@@ -181,6 +199,5 @@ def free_space_check(dest, plans, margin):
     vfs = os.statvfs(dest)
     avail = vfs.f_bavail * vfs.f_frsize
     if avail < need + margin:
-        raise DownloadError("not enough free space in %s: %s more needed (+%s margin), %s available; free "
-                            "space or choose another dest (any partial download is kept)"
-                            % (dest, human(need), human(margin), human(avail)), disk_full=True)
+        raise DownloadError("not enough free space for %s: %s; any partial download is kept and resumes"
+                            % (dest, no_room(dest, need, margin)), disk_full=True)

@@ -101,7 +101,9 @@ class FileDownload:
             try:
                 off += os.pwrite(self.fd, data[off:], pos + off)
             except OSError as e:
-                raise parts.disk_error(e, self.part) from None
+                with self.lock:
+                    remaining = self.size - self.done.total()
+                raise parts.disk_error(e, self.part, remaining) from None
         with self.lock:
             if gen != self.gen:
                 return

@@ -113,6 +113,20 @@ options:
         run takes it over. Longer than the restart, health gate and rollback it covers.
     type: int
     default: 3600
+  lock_owner:
+    description:
+      - The process of this run, written into the lock - C(host=<controller host name> boot=<boot id>
+        pidns=<pid namespace inode> pid=<ansible-playbook pid> start=<its start time in clock ticks>) (role
+        serving passes the filter C(llmops.serving.fleet_deployment_run)'s C(owner)). The next run's
+        controller reads it back from RV(lock) to tell whether this run was killed
+        (C(llmops.serving.fleet_lock_owner_gone)).
+    type: str
+  lock_takeover:
+    description:
+      - The token of another run's lock whose process the controller found gone (killed part-way, or ended
+        without giving the lock back) - RV(lock.token) of the refused step. That lock is taken over at once,
+        with a note, instead of after its O(lock_timeout); a lock with any other token is still refused.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -245,6 +259,11 @@ previous_record:
   description: The record of the deployment swapped out.
   returned: O(state=swap)
   type: dict
+lock:
+  description: When another run's live lock refused the step, that lock - C(token), C(holder), C(owner)
+    (O(lock_owner) of that run, or null), C(step), C(taken) and C(expires) (epoch seconds).
+  returned: failure, when another run holds the instance
+  type: dict
 records:
   description: The records, C({name, current, previous, previous_record}) per instance, sorted by name.
   returned: O(state=query)
@@ -273,6 +292,8 @@ ARGUMENT_SPEC = dict(
     lock_token=dict(type="str", no_log=False),
     lock_holder=dict(type="str"),
     lock_timeout=dict(type="int", default=deployment.LOCK_TIMEOUT),
+    lock_owner=dict(type="str"),
+    lock_takeover=dict(type="str", no_log=False),
 )
 REQUIRED_IF = [("state", "deploy", ("name", "unit_file", "env_file", "unit_content", "lock_token")),
                ("state", "restore", ("name", "unit_file", "env_file", "lock_token")),
@@ -288,18 +309,27 @@ def main():
 
 def _run(module):
     p = module.params
-    result = deployment.run(p["state"], p["dir"], name=p["name"], unit_file=p["unit_file"],
-                            env_file=p["env_file"], unit_content=p["unit_content"],
-                            env_content=p["env_content"], keep_failed_unit=p["keep_failed_unit"],
-                            record=p["record"], unrecorded_record=p["unrecorded_record"],
-                            unit_changed=p["unit_changed"], env_changed=p["env_changed"],
-                            lock_token=p["lock_token"], lock_holder=p["lock_holder"],
-                            lock_timeout=p["lock_timeout"], check_mode=module.check_mode)
+    try:
+        result = _step(p, module.check_mode)
+    except deployment.LockHeld as exc:
+        # the lock, so that the controller can tell whether its run is gone (lock_takeover)
+        module.fail_json(msg=str(exc), changed=False, lock=exc.lock)
     if not module._diff:
         result.pop("diff", None)
     for note in result.get("notes") or ():
         module.warn(note)
     module.exit_json(**result)
+
+
+def _step(p, check_mode):
+    return deployment.run(p["state"], p["dir"], name=p["name"], unit_file=p["unit_file"],
+                          env_file=p["env_file"], unit_content=p["unit_content"],
+                          env_content=p["env_content"], keep_failed_unit=p["keep_failed_unit"],
+                          record=p["record"], unrecorded_record=p["unrecorded_record"],
+                          unit_changed=p["unit_changed"], env_changed=p["env_changed"],
+                          lock_token=p["lock_token"], lock_holder=p["lock_holder"],
+                          lock_timeout=p["lock_timeout"], lock_owner=p["lock_owner"],
+                          lock_takeover=p["lock_takeover"], check_mode=check_mode)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ back, and the summary of a rolling update.
     host_servers(host, hostvars, gateway_fact=)    -> [{backend, server, instance}] of `host` at the gateway
     rollback_selection(records, instance=, host=, directory=) -> the instances to put back (or a refusal)
     summary(hosts, hostvars)                       -> {updated, unchanged, failed, untouched, lines}
-    deployment_run(play_name)                      -> {token, holder} of this run, for the deployment locks
+    deployment_run(play_name)                      -> {token, holder, owner} of this run, for the locks
+    lock_owner_gone(lock)                          -> whether the run holding a lock was killed (process gone)
 
 Controller-only (plugin_utils), plain Python, unit-tested by tests/unit/plugins/plugin_utils/test_rollout.py;
 roles serving and fleet reach it through plugins/filter/fleet.py.
@@ -21,6 +22,7 @@ from __future__ import absolute_import, division, print_function
 import getpass
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import socket
@@ -67,7 +69,78 @@ def deployment_run(play_name=None, _now=None):
         socket.gethostname())
     # one line of at most 300 characters: what module deployment writes into the lock (lock_holder)
     return {"token": "%s-%s" % (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)), uuid.uuid4().hex[:16]),
-            "holder": re.sub(r"[\x00-\x1f\x7f]+", " ", holder)[:300]}
+            "holder": re.sub(r"[\x00-\x1f\x7f]+", " ", holder)[:300], "owner": run_owner()}
+
+
+# The lock's owner (module deployment's OWNER_RE): which process, in which pid namespace of which boot of a
+# kernel (the host name is for people: two controllers may share one).
+_OWNER_RE = re.compile(r"host=(?P<host>[A-Za-z0-9._-]{1,253}) boot=(?P<boot>[0-9a-f-]{36}) "
+                       r"pidns=(?P<pidns>[0-9]{1,20}) pid=(?P<pid>[0-9]{1,10}) "
+                       r"start=(?P<start>[0-9]{1,20})\Z")
+
+
+def _controller(proc):
+    """(host name as the owner spells it, boot id, pid namespace inode) of this controller's processes; the
+    boot id or namespace None where /proc does not tell."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname() or "?")[:253]
+    try:
+        with open(os.path.join(proc, "sys/kernel/random/boot_id")) as handle:
+            boot = handle.read().strip()
+    except (IOError, OSError):
+        boot = None
+    try:
+        pidns = re.match(r"pid:\[([0-9]{1,20})\]\Z", os.readlink(os.path.join(proc, "self/ns/pid")))
+    except (IOError, OSError):
+        pidns = None
+    return (host, boot if boot and re.match(r"[0-9a-f-]{36}\Z", boot) else None,
+            pidns.group(1) if pidns else None)
+
+
+def _start_ticks(proc, pid):
+    """When process `pid` started (clock ticks after boot, /proc/<pid>/stat field 22), None when it is gone:
+    no such process, or a zombie (killed, not yet reaped by its parent)."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat")) as handle:
+            stat = handle.read()
+    except (IOError, OSError):
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()     # after the command name, which may hold spaces and ')'
+    if len(fields) < 20 or fields[0] in ("Z", "X") or not fields[19].isdigit():
+        return None
+    return fields[19]
+
+
+def _playbook_pid():
+    """The ansible-playbook process: a filter runs in a task's worker process (a fork of it) or in it."""
+    parent = multiprocessing.parent_process()
+    return parent.pid if parent is not None else os.getpid()
+
+
+def run_owner(_proc="/proc", _pid=None):
+    """This run's process, as module deployment records it in a lock (lock_owner): host name, boot id, pid
+    namespace, ansible-playbook's pid and its start time; None where /proc cannot tell (then a killed run's
+    lock waits for its deadline, as before)."""
+    host, boot, pidns = _controller(_proc)
+    pid = _playbook_pid() if _pid is None else _pid
+    start = _start_ticks(_proc, pid)
+    if boot is None or pidns is None or start is None:
+        return None
+    return "host=%s boot=%s pidns=%s pid=%d start=%s" % (host, boot, pidns, pid, start)
+
+
+def lock_owner_gone(lock, _proc="/proc"):
+    """Whether the run holding `lock` (module deployment's refusal: {token, owner, ...}) is gone: its owner is
+    a process this controller can see - the same boot of the same kernel and the same pid namespace - and no
+    process has that pid and start time now (killed, or ended; a zombie counts as gone). False for a lock of
+    another controller (or container, or of this one before it rebooted: /proc cannot tell), without an
+    owner, or of a process that still runs: those locks wait for their deadline."""
+    match = _OWNER_RE.match(str((lock or {}).get("owner") or ""))
+    if not match:
+        return False
+    _host, boot, pidns = _controller(_proc)
+    if boot is None or (match.group("boot"), match.group("pidns")) != (boot, pidns):
+        return False
+    return _start_ticks(_proc, int(match.group("pid"))) != match.group("start")
 
 
 def deployment_record(plan, unit_checksum=None, time=None, health_timeout=None):

@@ -11,7 +11,7 @@ import stat
 
 import pytest
 from ansible_collections.llmops.serving.plugins.module_utils import deployment
-from ansible_collections.llmops.serving.plugins.module_utils.deployment import DeploymentError, run
+from ansible_collections.llmops.serving.plugins.module_utils.deployment import DeploymentError, LockHeld, run
 
 UNIT_V1 = "[Service]\nEnvironmentFile=/etc/q.env\nExecStart=/opt/llama-server --port 8003\n"
 UNIT_V2 = "[Service]\nEnvironmentFile=/etc/q.env\nExecStart=/opt/llama-server --port 8003 --ctx-size 8192\n"
@@ -411,6 +411,52 @@ def test_a_stale_lock_is_taken_over_with_a_note_and_a_live_one_is_not(node):
     # the run that was taken over cannot commit what is now the other run's
     with pytest.raises(DeploymentError, match="is locked by"):
         node.commit({"unit_changed": True, "env_changed": True}, 2, _now=lambda: taken + 601)
+
+
+OWNER_A = "host=ctl-a boot=0f3c2a9e-5b1d-4c7e-9a2f-1d2e3f4a5b6c pidns=4026531836 pid=4242 start=987654"
+
+
+def test_a_killed_runs_lock_is_taken_over_at_once_only_with_its_token(node):
+    """A run killed between deploy and commit leaves its lock for lock_timeout (43 min for llama.cpp). The
+    refusal returns the lock with its owner (LockHeld.lock); the controller passes its token back as
+    lock_takeover when that process is gone: taken over at once, with a note. Any other token changes
+    nothing: the live lock of another run is still refused."""
+    node.commit(node.deploy(UNIT_V1, ENV_V1), 1)
+    taken = 1_800_000_000.0
+    node.deploy(UNIT_V2, ENV_V2, lock_holder="play 'serve' by alice", lock_owner=OWNER_A, lock_timeout=2580,
+                _now=lambda: taken)
+    assert json.loads(node.read("lock.json"))["owner"] == OWNER_A
+    before = node.snapshot()
+    with pytest.raises(LockHeld) as refused:
+        node.deploy(UNIT_V2, ENV_V1, lock_token=RUN_B, _now=lambda: taken + 5)
+    assert refused.value.lock == {"token": RUN_A, "holder": "play 'serve' by alice", "owner": OWNER_A,
+                                  "step": "deploy", "taken": taken, "expires": taken + 2580}
+    # the token of another run (or this run's own) is no licence to take this lock
+    for other in (RUN_B, "20261205T090000Z-cccccccccccccccc"):
+        with pytest.raises(LockHeld):
+            node.deploy(UNIT_V2, ENV_V1, lock_token=RUN_B, lock_takeover=other, _now=lambda: taken + 5)
+    assert node.snapshot() == before
+    b = node.deploy(UNIT_V2, ENV_V1, lock_token=RUN_B, lock_takeover=RUN_A, _now=lambda: taken + 5)
+    assert b["locked"] is True and json.loads(node.read("lock.json"))["token"] == RUN_B
+    (note,) = b["notes"]
+    assert note.startswith("took over the stale deployment lock of instance q: play 'serve' by alice (run %s)"
+                           % RUN_A)
+    assert note.endswith("its process %s is gone (killed, or it ended without giving the lock back)"
+                         % OWNER_A)
+    # the killed run's change (v2's unit, never gated) is this run's change now: restarted and gated
+    assert b["unit_changed"] is True and b["rollback"] == ["unit", "environment file"]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("lock_owner", "host=ctl-a pid=1", "lock_owner must read"),
+    ("lock_owner", OWNER_A + "\n", "lock_owner must read"),
+    ("lock_takeover", "short", "lock_takeover must be the token"),
+    ("lock_takeover", RUN_A + "\n", "lock_takeover must be the token"),
+])
+def test_a_malformed_owner_or_takeover_is_refused(node, field, value, message):
+    with pytest.raises(DeploymentError, match=message):
+        node.deploy(UNIT_V1, ENV_V1, **{field: value})
+    assert node.read("lock.json") is None
 
 
 def test_release_gives_back_only_this_runs_lock(node):

@@ -7,17 +7,21 @@ import errno
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
 
 import pytest
 from ansible_collections.llmops.serving.plugins.module_utils import (
+    disk_plan,
     download_ranges,
     download_source,
     download_transfer,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.download_messages import human
 
+from tests.fixtures.disk_full import FullAt
 from tests.fixtures.fake_hub.helpers import (
     MIB,
     MODEL_SIZE,
@@ -176,6 +180,89 @@ def test_free_space_check_refuses_before_downloading(hub, dest, model, monkeypat
         dl.run(params(hub, dest))
     assert "not enough free space" in e.value.msg and str(dest) in e.value.msg
     assert gets(hub) == [] and os.listdir(str(dest)) == []
+
+
+def test_free_space_check_names_the_filesystem_the_need_and_the_free_space(hub, dest, model, monkeypatch):
+    """The refusal says which filesystem (its mount point), how much is free, how much the download needs
+    (and the margin) and what to do; exactly enough room passes, one byte less does not."""
+    margin = 3 * 4096
+
+    class V(object):
+        f_frsize = 1
+        f_bavail = SIZE + margin - 1
+    monkeypatch.setattr(dl.os, "statvfs", lambda p: V())
+    with pytest.raises(dl.DownloadError) as e:
+        dl.run(params(hub, dest, free_space_margin=margin))
+    mount = disk_plan.mount_point(str(dest))
+    assert e.value.msg == (
+        "not enough free space for %s: the filesystem mounted at %s has %s free, %s needed (+12.0 KiB "
+        "margin). Free space on %s, or set dest to a directory on another filesystem, and rerun; any partial "
+        "download is kept and resumes" % (dest, mount, human(SIZE + margin - 1), human(SIZE), mount))
+    assert gets(hub) == [] and os.listdir(str(dest)) == []
+    V.f_bavail = SIZE + margin
+    assert dl.run(params(hub, dest, free_space_margin=margin))["sha256"] == model
+
+
+def test_disk_full_at_a_chosen_byte_names_the_filesystem_keeps_the_rest_and_resumes(hub, dest, model,
+                                                                                    monkeypatch):
+    """ENOSPC at byte `limit` (a filesystem whose preallocation reserves nothing): the message names the
+    filesystem, its free space and the bytes still needed; the verified model beside it stays as it was;
+    nothing reaches the final path; the rerun resumes from the bytes kept (fetches only the rest)."""
+    other_sha = hub.add_file("org/m/other.gguf", MIB, seed=3)
+    other = dl.run(params(hub, dest, filename="other.gguf"))["path"]
+    other_record = open(os.path.join(str(dest), ".other.gguf.llmops.json")).read()
+    limit = MIB + 12345
+    full = FullAt(limit)
+    monkeypatch.setattr(dl.os, "pwrite", full)
+    with pytest.raises(dl.DownloadError) as e:
+        dl.run(params(hub, dest))
+    path = os.path.join(str(dest), "model.gguf")
+    mount = disk_plan.mount_point(str(dest))
+    assert e.value.msg.startswith("disk full while writing %s.part (No space left on device): the filesystem "
+                                  "mounted at %s has " % (path, mount))
+    number, unit = re.search(r" free, ([0-9.]+) (KiB|MiB) needed\. Free space on ", e.value.msg).groups()
+    needed = float(number) * (1024 if unit == "KiB" else MIB)     # the bytes not written yet, as shown
+    assert SIZE - limit - MIB / 10 <= needed <= SIZE - limit + download_transfer.BUF_SIZE + MIB / 10
+    assert e.value.msg.endswith("and rerun; the partial download is kept and resumes")
+    assert full.written == limit
+    assert not os.path.exists(path) and os.path.getsize(path + ".part") == SIZE
+    assert sha256_of(other) == other_sha
+    assert open(os.path.join(str(dest), ".other.gguf.llmops.json")).read() == other_record
+    monkeypatch.setattr(dl.os, "pwrite", full.real)
+    hub.reset_stats()
+    r = dl.run(params(hub, dest))
+    assert limit - download_transfer.BUF_SIZE <= r["resumed_from"] <= limit
+    assert body_bytes(hub) == SIZE - r["resumed_from"] and sha256_of(path) == model
+
+
+def test_disk_full_at_the_record_keeps_the_verified_file_and_the_rerun_fetches_nothing(hub, dest, model,
+                                                                                     monkeypatch):
+    """The disk filled by another writer while the download went on into its preallocated part: the
+    verified file is renamed into place, but its record cannot be written. The failure says so, names the
+    filesystem and what to do; the rerun hashes the file and records it, fetching nothing."""
+    real = dl.write_sidecar_record
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(dl, "write_sidecar_record", full)
+    with pytest.raises(dl.DownloadError) as e:
+        dl.run(params(hub, dest))
+    path = os.path.join(str(dest), "model.gguf")
+    record = os.path.join(str(dest), ".model.gguf.llmops.json")
+    mount = disk_plan.mount_point(str(dest))
+    assert e.value.msg.startswith(
+        "disk full while writing %s, the verification record of %s (No space left on device): the file is in "
+        "place with sha256 %s, but nothing records that yet; the filesystem mounted at %s has "
+        % (record, path, model, mount))
+    assert e.value.msg.endswith(
+        "free, 4.0 KiB needed. Free space on %s, or set dest to a directory on another filesystem, and "
+        "rerun: the next run hashes the file once and records it, without downloading it again" % mount)
+    assert sha256_of(path) == model and os.listdir(str(dest)) == ["model.gguf"]  # no part, no record
+    monkeypatch.setattr(dl, "write_sidecar_record", real)
+    hub.reset_stats()
+    r = dl.run(params(hub, dest))
+    assert (r["verified"], r["downloaded_bytes"], r["sha256"]) == ("hashed", 0, model) and gets(hub) == []
+    assert os.path.exists(record)
 
 
 def test_disk_full_mid_download_keeps_partial_and_resumes(hub, dest, model, monkeypatch):

@@ -74,6 +74,23 @@ def test_another_runs_deploy_is_refused_until_the_first_commits_and_a_stale_lock
     assert released["locked"] is False and not lock.exists()
 
 
+def test_a_refusal_returns_the_lock_and_its_token_takes_a_killed_runs_lock_over(tmp_path):
+    """The refused step's result carries the lock (its owner: the killed run's process); passed back as
+    lock_takeover, that token takes the lock over at once, with a warning."""
+    owner = "host=ctl-a boot=0f3c2a9e-5b1d-4c7e-9a2f-1d2e3f4a5b6c pidns=4026531836 pid=4242 start=987654"
+    run_module_file(tmp_path, "deployment", dict(args(tmp_path), lock_holder="play 'serve' by alice",
+                                                 lock_owner=owner))
+    refused = run_module_file(tmp_path, "deployment", args(tmp_path, lock_token=RUN_B, env_content="X=1\n"))
+    assert refused["failed"] is True
+    lock = refused["lock"]
+    assert (lock["token"], lock["owner"], lock["step"]) == (RUN_A, owner, "deploy")
+    assert lock["expires"] > lock["taken"]
+    taken = run_module_file(tmp_path, "deployment", args(tmp_path, lock_token=RUN_B, env_content="X=1\n",
+                                                         lock_takeover=lock["token"]))
+    assert taken["changed"] is True and taken["locked"] is True
+    assert any("its process %s is gone" % owner in w for w in taken["warnings"])
+
+
 def test_a_step_without_the_runs_token_fails_clearly(tmp_path):
     result = run_module_file(tmp_path, "deployment", dict(args(tmp_path), lock_token=None))
     assert result["failed"] is True and "lock_token" in result["msg"]

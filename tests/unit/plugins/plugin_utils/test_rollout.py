@@ -3,6 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """plugins/plugin_utils/rollout.py and plugins/filter/fleet.py: records, servers, rollback choice, summary."""
 
+import os
+
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmops.serving.plugins.filter.fleet import FilterModule
@@ -170,3 +172,60 @@ def test_deployment_run_is_a_new_token_per_run_that_module_deployment_accepts():
     odd = rollout.deployment_run("a\nb\x1b" + "x" * 400)
     assert "\n" not in odd["holder"] and len(odd["holder"]) <= 300
     deployment.check_run(odd["token"], odd["holder"], 600)
+
+
+BOOT = "0f3c2a9e-5b1d-4c7e-9a2f-1d2e3f4a5b6c"
+PIDNS = "4026531836"
+
+
+def fake_proc(tmp_path, boot=BOOT, processes=()):
+    """A /proc with the boot id and processes {pid: start ticks, or (start, state)} (the command name with a
+    space and a ')')."""
+    proc = tmp_path / "proc"
+    (proc / "sys/kernel/random").mkdir(parents=True)
+    (proc / "sys/kernel/random/boot_id").write_text(boot + "\n")
+    (proc / "self/ns").mkdir(parents=True)
+    os.symlink("pid:[%s]" % PIDNS, str(proc / "self/ns/pid"))
+    for pid, start in dict(processes).items():
+        start, state = start if isinstance(start, tuple) else (start, "S")
+        (proc / str(pid)).mkdir()
+        fields = [state] + ["0"] * 18 + [str(start)] + ["0"] * 10
+        (proc / str(pid) / "stat").write_text("%d (ansible-playbook) x) %s\n" % (pid, " ".join(fields)))
+    return str(proc)
+
+
+def test_run_owner_names_this_process_as_module_deployment_accepts(tmp_path):
+    """deployment_run's owner: host name, boot id, pid and start time, in the form the lock accepts; none
+    where /proc cannot tell (no boot id, or the process is not listed)."""
+    from ansible_collections.llmops.serving.plugins.module_utils import deployment
+
+    proc = fake_proc(tmp_path, processes={4242: 987654})
+    owner = rollout.run_owner(_proc=proc, _pid=4242)
+    assert owner.endswith(" boot=%s pidns=%s pid=4242 start=987654" % (BOOT, PIDNS))
+    assert deployment.OWNER_RE.fullmatch(owner)
+    assert rollout.run_owner(_proc=proc, _pid=4243) is None
+    assert rollout.run_owner(_proc=str(tmp_path / "none"), _pid=4242) is None
+    # the real one: this test's own process on this machine
+    real = FILTERS["fleet_deployment_run"]("Serve the models")["owner"]
+    assert real is None or (deployment.OWNER_RE.fullmatch(real) and " pid=%d " % os.getpid() in real)
+
+
+THIS = "host=any boot=%s pidns=%s" % (BOOT, PIDNS)
+
+
+@pytest.mark.parametrize("owner, gone", [
+    (THIS + " pid=4242 start=987654", False),                                 # still runs
+    (THIS + " pid=4243 start=987654", True),                                  # killed: no such process
+    (THIS + " pid=4244 start=987654", True),                                  # killed, a zombie not reaped
+    (THIS + " pid=4242 start=111111", True),                                  # its pid, another process now
+    ("host=any boot=1f3c2a9e-5b1d-4c7e-9a2f-1d2e3f4a5b6c pidns=%s pid=4243 start=987654" % PIDNS,
+     False),                                                                  # another kernel (or boot)
+    ("host=any boot=%s pidns=4026532999 pid=4243 start=987654" % BOOT, False),  # another container's pids
+    (THIS + " pid=4243 start=987654\n", False),                               # not an owner
+    (None, False),                                                            # a lock of an older version
+])
+def test_lock_owner_gone_only_for_a_process_this_controller_sees_that_ended(tmp_path, owner, gone):
+    proc = fake_proc(tmp_path, processes={4242: 987654, 4244: (987654, "Z")})
+    assert rollout.lock_owner_gone({"token": "20261205T100000Z-aaaaaaaaaaaaaaaa", "owner": owner},
+                                   _proc=proc) is gone
+    assert FILTERS["fleet_lock_owner_gone"](None) is False
