@@ -9,7 +9,6 @@ Tested by tests/unit/plugins/plugin_utils/test_systemd.py and tests/roles/test_s
 from __future__ import absolute_import, division, print_function
 
 import re
-from collections import OrderedDict
 
 from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 from ansible_collections.llmops.serving.plugins.plugin_utils.container import docker_run_args
@@ -140,12 +139,12 @@ def exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None, home=
 # A unit names the profile of what it runs; the profile decides which settings it can take, the node's
 # systemd version which of those it knows (an unknown directive is a warning on 219 and the rest of the unit
 # still loads, but a later systemd would then apply what the author never tried).
-GPU_SERVER = "gpu-server"          # llama-server / vLLM on the host: CUDA (its JIT), Python, triton; serving_user
-DOCKER_CLIENT = "docker-client"    # only the docker CLI (serving's container mode, the DCGM exporter); root
-GPU_COLLECTOR = "gpu-collector"    # python + nvidia-smi + /dev/kmsg (XID errors), no network; root
-EXPORTER = "exporter"              # node_exporter, the Prometheus agent: Go, their own user, loopback + remote write
-PERSISTENCED = "persistenced"      # nvidia-persistenced: root, every GPU, may create their device nodes
-RAY = "ray"                        # ray start: Python and vLLM's CUDA workers, the cluster's network; serving_user
+GPU_SERVER = "gpu-server"        # llama-server / vLLM on the host: CUDA (JIT), Python, triton; serving_user
+DOCKER_CLIENT = "docker-client"  # only the docker CLI (serving's container mode, the DCGM exporter); root
+GPU_COLLECTOR = "gpu-collector"  # python + nvidia-smi + /dev/kmsg (XID errors), no network; root
+EXPORTER = "exporter"            # node_exporter, the Prometheus agent: Go, own user, loopback + remote write
+PERSISTENCED = "persistenced"    # nvidia-persistenced: root, every GPU, may create their device nodes
+RAY = "ray"                      # ray start: Python, vLLM's CUDA workers, the cluster's network; serving_user
 PROFILES = (GPU_SERVER, DOCKER_CLIENT, GPU_COLLECTOR, EXPORTER, PERSISTENCED, RAY)
 _GPU = (GPU_SERVER, GPU_COLLECTOR, PERSISTENCED, RAY)       # open /dev/nvidia*
 _OWN_USER = (GPU_SERVER, EXPORTER, RAY)                     # run as a user of their own (User=)
@@ -161,10 +160,11 @@ HARDENING = (
     ("NoNewPrivileges", 187, _every("yes"),
      "Nothing here gains privileges by exec: the driver role loads the modules and creates the device nodes "
      "(the setuid nvidia-modprobe is not needed at run time)."),
-    ("CapabilityBoundingSet", 187, dict(_every(""), **{GPU_COLLECTOR: "CAP_SYSLOG", PERSISTENCED: "CAP_MKNOD"}),
+    ("CapabilityBoundingSet", 187,
+     dict(_every(""), **{GPU_COLLECTOR: "CAP_SYSLOG", PERSISTENCED: "CAP_MKNOD"}),
      "Empty for the servers and the docker CLI (root needs no capability to use root's docker socket and "
-     "files). The GPU collector keeps CAP_SYSLOG (dmesg_restrict: /dev/kmsg's XID lines), nvidia-persistenced "
-     "CAP_MKNOD (it creates missing /dev/nvidia<N> nodes at boot)."),
+     "files). The GPU collector keeps CAP_SYSLOG (dmesg_restrict: /dev/kmsg's XID lines), "
+     "nvidia-persistenced CAP_MKNOD (it creates missing /dev/nvidia<N> nodes at boot)."),
     ("PrivateTmp", 1, _every("yes"),
      "A /tmp of its own: Ray keeps its session in ray_cluster_temp_dir and `ray status` is given --address; "
      "the servers' caches live under their home."),
@@ -182,15 +182,16 @@ HARDENING = (
      "The pseudo devices plus the DeviceAllow= list (devices()): an instance sees exactly its GPUs. Needed "
      "with ProtectClock= (245+), which adds DeviceAllow=char-rtc and so turns the default policy into an "
      "allow-list that would shut out every GPU."),
-    ("SystemCallArchitectures", 209, _every("native"), "No 32-bit or x32 system calls (nothing here is 32-bit)."),
+    ("SystemCallArchitectures", 209, _every("native"),
+     "No 32-bit or x32 system calls (nothing here is 32-bit)."),
     ("SystemCallErrorNumber", 209, _every("EPERM"),
      "A filtered call fails with EPERM (the program logs it) rather than killing the process with SIGSYS."),
     ("RestrictAddressFamilies", 211,
-     dict(_every("AF_UNIX AF_INET AF_INET6 AF_NETLINK"), **{DOCKER_CLIENT: "AF_UNIX", GPU_COLLECTOR: "AF_UNIX",
-                                                            PERSISTENCED: "AF_UNIX"}),
+     dict(_every("AF_UNIX AF_INET AF_INET6 AF_NETLINK"),
+          **{DOCKER_CLIENT: "AF_UNIX", GPU_COLLECTOR: "AF_UNIX", PERSISTENCED: "AF_UNIX"}),
      "The servers, exporters and Ray listen and connect over IP; AF_NETLINK for the interface list "
-     "(getifaddrs: NCCL, gloo, Ray, node_exporter). The docker CLI needs only /run/docker.sock; the collector "
-     "and nvidia-persistenced only local sockets (syslog, persistenced's own)."),
+     "(getifaddrs: NCCL, gloo, Ray, node_exporter). The docker CLI needs only /run/docker.sock; the "
+     "collector and nvidia-persistenced only local sockets (syslog, persistenced's own)."),
     ("PrivateNetwork", 33, {GPU_COLLECTOR: "yes"},
      "The collector runs nvidia-smi and writes a file: no network at all. Every other unit serves or "
      "connects (the docker CLI's socket is a file, but docker run's published ports are the daemon's)."),
@@ -203,14 +204,17 @@ HARDENING = (
      "JIT code runs - CUDA's PTX JIT, triton and vLLM's compiled kernels need writable executable pages - "
      "and for the units that load the driver's closed libraries (NVML, libnvidia-cfg); the system call "
      "filter, the empty capability set and NoNewPrivileges stand in."),
-    ("ProtectKernelTunables", 232, _every("yes"), "/proc/sys, /sys read-only: nothing here tunes the kernel."),
+    ("ProtectKernelTunables", 232, _every("yes"),
+     "/proc/sys, /sys read-only: nothing here tunes the kernel."),
     ("ProtectKernelModules", 232, _every("yes"),
      "No module loading: the driver role loads nvidia and nvidia_uvm (udev loads nvidia at boot)."),
-    ("ProtectControlGroups", 232, _every("yes"), "The cgroup tree read-only (dockerd, not its CLI, writes it)."),
+    ("ProtectControlGroups", 232, _every("yes"),
+     "The cgroup tree read-only (dockerd, not its CLI, writes it)."),
     ("RemoveIPC", 232, _every("yes", but=(DOCKER_CLIENT, GPU_COLLECTOR, PERSISTENCED)),
      "IPC objects of the unit's user go when its last unit stops (systemd counts the units per user, so a "
      "server restarting beside ray.service keeps Ray's shared memory). No effect for root units."),
-    ("RestrictNamespaces", 233, _every("yes"), "No namespaces: containers are dockerd's; the programs make none."),
+    ("RestrictNamespaces", 233, _every("yes"),
+     "No namespaces: containers are dockerd's; the programs make none."),
     ("LockPersonality", 235, _every("yes"), "The execution domain stays Linux (no READ_IMPLIES_EXEC)."),
     ("PrivateMounts", 239, _every("yes"), "Mounts stay in the unit's namespace (it makes none)."),
     ("SystemCallFilter", 239, _every("@system-service"),
@@ -223,7 +227,8 @@ HARDENING = (
     ("ProtectHostname", 242, _every("yes"), "The host name stays."),
     ("ProtectKernelLogs", 244, _every("yes", but=(GPU_COLLECTOR,)),
      "No kernel log. The GPU collector reads /dev/kmsg for XID errors: it goes without."),
-    ("ProtectClock", 245, _every("yes"), "The clock stays (implies DeviceAllow=char-rtc r; see DevicePolicy)."),
+    ("ProtectClock", 245, _every("yes"),
+     "The clock stays (implies DeviceAllow=char-rtc r; see DevicePolicy)."),
     ("ProtectProc", 247, _every("invisible"), "Other users' processes are invisible in /proc."),
     ("ProcSubset", 247, {DOCKER_CLIENT: "pid"},
      "Only the docker CLI can do without /proc's system files: CUDA and nvidia-smi read /proc/driver/nvidia, "
@@ -248,7 +253,7 @@ _PROFILE_DEVICES = {GPU_COLLECTOR: (("/dev/kmsg", "r"),), PERSISTENCED: ()}
 
 def devices(profile, gpus=None):
     """DeviceAllow= entries of a unit: `gpus` the GPU indexes it uses (a list), ALL_GPUS, or None/[] (none).
-    An instance on GPUs [2, 3] gets /dev/nvidia2 and /dev/nvidia3 and the control nodes, never /dev/nvidia0."""
+    An instance on GPUs [2, 3] gets /dev/nvidia2, /dev/nvidia3 and the control nodes, never /dev/nvidia0."""
     if profile not in _GPU:
         return []
     out = list(_PROFILE_DEVICES.get(profile, ()))
@@ -258,8 +263,8 @@ def devices(profile, gpus=None):
     elif gpus:
         for index in gpus:
             if isinstance(index, bool) or not str(index).isdigit():
-                raise ServingError("GPU index %r is not a number (the unit's DeviceAllow= is /dev/nvidia<index>)"
-                                   % (index,))
+                raise ServingError("GPU index %r is not a number (the unit's DeviceAllow= is "
+                                   "/dev/nvidia<index>)" % (index,))
         out.extend(("/dev/nvidia%d" % int(i), "rw") for i in sorted(set(int(i) for i in gpus)))
         out.extend(GPU_CONTROL_DEVICES)
     return out
@@ -305,8 +310,8 @@ def _writable_path(path):
     """One ReadWritePaths= entry: an absolute path (a leading "-": it may not exist), no blank or quote (the
     list is blank-separated), % doubled (specifiers)."""
     if not _WRITABLE_PATH.match(str(path)):
-        raise ServingError("%r cannot be a ReadWritePaths= entry: use an absolute path without blanks, quotes "
-                           "or control characters" % (path,))
+        raise ServingError("%r cannot be a ReadWritePaths= entry: use an absolute path without blanks, "
+                           "quotes or control characters" % (path,))
     return str(path).replace("%", "%%")
 
 

@@ -205,7 +205,7 @@ def test_systemd_252_unit_gets_the_strict_set():
     for directive_name in ("NoNewPrivileges", "PrivateTmp", "ProtectKernelTunables",
                            "RestrictAddressFamilies"):
         assert directive_name in service
-    assert service["PrivateDevices"] == "yes"        # CPU-only (a GPU instance: tests/roles/test_unit_hardening.py)
+    assert service["PrivateDevices"] == "yes"        # CPU-only (GPUs: tests/roles/test_unit_hardening.py)
 
 
 def test_hardening_can_be_switched_off():

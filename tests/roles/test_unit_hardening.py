@@ -5,7 +5,6 @@
 by this machine's `systemd-analyze security --offline=yes` (systemd 252, as CI's Debian 12): exposure <= 3.0
 ("OK") for 252 and for what 239 gets; only the settings 219 (CentOS 7) and 239 know in their renders; the
 GPU device allow-list of an instance. The table is plugins/plugin_utils/systemd.py's HARDENING."""
-import os
 import re
 import shutil
 import subprocess
@@ -19,7 +18,8 @@ from tests.roles.test_nvidia_driver import el7
 from tests.roles.test_serving_unit import CPP, render_plan, render_unit, unit_sections, variables_for
 from tests.roles.test_serving_vllm_unit import seed_vars
 
-SYSTEMD = {219: "systemd 219\n+PAM +AUDIT", 239: "systemd 239 (239-82.el8)", 252: "systemd 252 (252.38-1~deb12u1)"}
+SYSTEMD = {219: "systemd 219\n+PAM +AUDIT", 239: "systemd 239 (239-82.el8)",
+           252: "systemd 252 (252.38-1~deb12u1)"}
 GPUS4 = {"present": True, "count": 4, "gpus": [{"index": i, "uuid": "GPU-%d" % i} for i in range(4)]}
 CONTAINER_CPP = {"mode": "container", "image": "llmops/llama.cpp:b42", "build_id": "b42",
                  "binary": "/opt/llama.cpp/bin/llama-server"}
@@ -42,10 +42,9 @@ def _vllm(version, mode="host"):
 
 def _monitoring(name):
     def render(version, tmp):
-        variables, _templar = monitoring.node_plan(tmp, _monitoring_systemd={"version_text": SYSTEMD[version]},
-                                                   monitoring_dcgm_exporter=True)
-        return monitoring.render(monitoring.role_templar(monitoring.NODE_ROLE, variables), monitoring.NODE_ROLE,
-                                 name)
+        _variables, templar = monitoring.node_plan(tmp, monitoring_dcgm_exporter=True,
+                                                   _monitoring_systemd={"version_text": SYSTEMD[version]})
+        return monitoring.render(templar, monitoring.NODE_ROLE, name)
     return render
 
 
@@ -145,7 +144,8 @@ def test_hardening_switched_off_scores_above_the_limit(tmp_path):
 
 def test_verify_reports_a_bad_line(tmp_path):
     """verify_problems() sees what it is there for: a setting the node's systemd would skip."""
-    text = UNITS["llama-server-gpu.service"](252).replace("[Service]\n", "[Service]\nProtectKernelTunabels=yes\n")
+    text = UNITS["llama-server-gpu.service"](252)
+    text = text.replace("[Service]\n", "[Service]\nProtectKernelTunabels=yes\n")
     assert any("ProtectKernelTunabels" in line for line in verify_problems(tmp_path, "bad.service", text))
 
 

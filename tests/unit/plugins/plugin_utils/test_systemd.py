@@ -27,7 +27,7 @@ def test_hardening_by_systemd_version():
     assert new["ProtectSystem"] == "strict" and new["ProtectHome"] == "yes"
     assert dict(systemd.hardening(252, read_paths=["/home/models/x.gguf"]))["ProtectHome"] == "read-only"
     for version in (219, 252, 999):
-        # a GPU instance on the host: its GPUs (never PrivateDevices, which would hide them), no W^X (CUDA JIT)
+        # a GPU instance on the host: its GPUs (never PrivateDevices: they would vanish), no W^X (CUDA JIT)
         gpu = systemd.hardening(version, mode="host", gpus=[1])
         assert "PrivateDevices" not in dict(gpu) and dict(gpu)["DevicePolicy"] == "closed"
         assert ("DeviceAllow", "/dev/nvidia1 rw") in gpu and ("DeviceAllow", "/dev/nvidia0 rw") not in gpu
