@@ -16,6 +16,7 @@ spellings systemd.py and container.py.
     {{ settings | llmops.serving.serving_argv(engine='llama.cpp', model='/m.gguf', port=8003) }}
     {{ systemd_version | llmops.serving.serving_hardening(read_paths=[...], gpus=[2, 3], write_paths=[...]) }}
     {{ systemd_version | llmops.serving.systemd_hardening('exporter', write_paths=[...]) }}  -> any unit's
+    {{ plan | llmops.serving.serving_sandboxed_gpus(serving_hardening) }}  -> GPU indexes/env inside the unit
     {{ systemd_version | llmops.serving.serving_restart_policy(restart_sec=10, restart='always') }}
     {{ query('ansible.builtin.varnames', '^llama_server_') | llmops.serving.serving_renamed_variables }}
     {{ serving_instances | llmops.serving.serving_unit_names(serving_default_engine, serving_unit_prefix) }}
@@ -156,6 +157,7 @@ class FilterModule(object):
             "serving_hardening": _wrap(serving_hardening),
             "serving_restart_policy": _wrap(serving_restart_policy),
             "systemd_hardening": _wrap(systemd_hardening),
+            "serving_sandboxed_gpus": _wrap(systemd.sandboxed_gpus),
             "serving_instance_fact": _wrap(serving_instance_fact),
             "serving_health_wait_args": _wrap(instance_plan.health_wait_args),
             "serving_unit_names": _wrap(instance_plan.unit_names),

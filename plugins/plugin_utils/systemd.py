@@ -146,7 +146,7 @@ EXPORTER = "exporter"            # node_exporter, the Prometheus agent: Go, own 
 PERSISTENCED = "persistenced"    # nvidia-persistenced: root, every GPU, may create their device nodes
 RAY = "ray"                      # ray start: Python, vLLM's CUDA workers, the cluster's network; serving_user
 PROFILES = (GPU_SERVER, DOCKER_CLIENT, GPU_COLLECTOR, EXPORTER, PERSISTENCED, RAY)
-_GPU = (GPU_SERVER, GPU_COLLECTOR, PERSISTENCED, RAY)       # open /dev/nvidia*
+_GPU = (GPU_SERVER, DOCKER_CLIENT, GPU_COLLECTOR, PERSISTENCED, RAY)   # may open /dev/nvidia*
 _OWN_USER = (GPU_SERVER, EXPORTER, RAY)                     # run as a user of their own (User=)
 
 
@@ -175,10 +175,11 @@ HARDENING = (
                                                 RAY: "read-only", GPU_SERVER: "{home}"}),
      "Hidden, or read-only where something is read there: a model or binary under /home (the L20 box keeps "
      "its models in /home/models), root's docker credentials, node_exporter's view of the /home mount."),
-    ("PrivateDevices", 209, {DOCKER_CLIENT: "yes", EXPORTER: "yes", GPU_SERVER: "{cpu_only}"},
+    ("PrivateDevices", 209, {DOCKER_CLIENT: "{cpu_only}", EXPORTER: "yes", GPU_SERVER: "{cpu_only}"},
      "Only the pseudo devices for units that open no device (the docker CLI: docker hands the GPUs to the "
-     "container; a CPU-only server). Never for a unit that opens /dev/nvidia*: they would vanish."),
-    ("DevicePolicy", 208, _every("closed", but=(DOCKER_CLIENT, EXPORTER)),
+     "container; a CPU-only server). Never for a unit that opens /dev/nvidia* (a server, the GPU check "
+     "before a container starts): they would vanish."),
+    ("DevicePolicy", 208, _every("closed", but=(EXPORTER,)),
      "The pseudo devices plus the DeviceAllow= list (devices()): an instance sees exactly its GPUs. Needed "
      "with ProtectClock= (245+), which adds DeviceAllow=char-rtc and so turns the default policy into an "
      "allow-list that would shut out every GPU."),
@@ -315,12 +316,35 @@ def _writable_path(path):
     return str(path).replace("%", "%%")
 
 
+def sandboxed_gpus(plan, hardening=True, gpu_check=True):
+    """An instance's GPUs as its unit sees them: {"opened": the node's indexes the unit's own processes open
+    (its DeviceAllow=), "gpus": their indexes inside the unit (nvidia-smi -i), "env": the instance's env
+    with CUDA_VISIBLE_DEVICES spelled in those}.
+
+    The unit opens its GPUs in host mode, and in container mode only for the GPU check before docker run
+    (docker hands the GPUs to the container). DeviceAllow= lets it open only those /dev/nvidia<N>; the driver
+    then lists only them, numbered from 0 in the node's order - as under Slurm's ConstrainDevices, which is
+    why Slurm sets CUDA_VISIBLE_DEVICES to job-local indexes. GPUs [2, 3] are 0 and 1 inside the unit (CUDA,
+    NVML, nvidia-smi -i), [3, 2] are 1 and 0. Without the sandbox (hardening off) the node's indexes stay."""
+    gpus = [int(g) for g in plan.get("gpus") or ()]
+    env = dict(plan.get("env") or {})
+    opened = gpus if plan.get("mode") == "host" or gpu_check else []
+    if not (hardening and opened):
+        return {"opened": opened if hardening else [], "gpus": gpus, "env": env}
+    order = sorted(set(gpus))
+    local = [order.index(g) for g in gpus]
+    if "CUDA_VISIBLE_DEVICES" in env:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in local)
+    return {"opened": gpus, "gpus": local, "env": env}
+
+
 def hardening(systemd_version, read_paths=(), mode="host", gpus=None, write_paths=()):
     """A serving instance's directives: host mode runs CUDA (GPU_SERVER), container mode only the docker CLI
-    (DOCKER_CLIENT: docker hands the GPUs to the container, the unit needs only /run/docker.sock)."""
+    (DOCKER_CLIENT: docker hands the GPUs to the container, the unit needs /run/docker.sock). `gpus`: those
+    the unit's own processes open (sandboxed_gpus()["opened"])."""
     profile = GPU_SERVER if mode == "host" else DOCKER_CLIENT
-    return unit_hardening(systemd_version, profile, gpus=gpus if profile == GPU_SERVER else None,
-                          read_paths=read_paths, write_paths=write_paths if profile == GPU_SERVER else ())
+    return unit_hardening(systemd_version, profile, gpus=gpus, read_paths=read_paths,
+                          write_paths=write_paths if profile == GPU_SERVER else ())
 
 
 def restart_policy(systemd_version, restart_sec=10, interval=600, burst=5, max_delay=300,

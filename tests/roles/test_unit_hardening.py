@@ -211,11 +211,32 @@ def test_a_cpu_only_instance_opens_no_gpu():
 
 
 def test_a_container_instance_needs_only_the_docker_socket():
-    text = _serving(252, cpp=CONTAINER_CPP)
+    text = _serving(252, cpp=CONTAINER_CPP, serving_gpu_check=False)
     service = dict(unit_sections(text)["Service"])
     assert device_allow(text) == [] and service["PrivateDevices"] == "yes"
     assert service["RestrictAddressFamilies"] == "AF_UNIX"
     assert service["CapabilityBoundingSet"] == "" and service["MemoryDenyWriteExecute"] == "yes"
+    # the GPU check before docker run (nvidia-smi in the unit) opens the instance's GPUs, numbered from 0
+    text = _serving(252, cpp=CONTAINER_CPP)
+    assert [a.split()[0] for a in device_allow(text) if re.fullmatch(r"/dev/nvidia\d+ rw", a)] == [
+        "/dev/nvidia2", "/dev/nvidia3"]
+    assert "PrivateDevices" not in dict(unit_sections(text)["Service"])
+    pre = [v for k, v in unit_sections(text)["Service"] if k == "ExecStartPre" and "nvidia-smi" in v]
+    assert pre and " -i 0,1 " in pre[0]
+
+
+def test_inside_the_sandbox_the_gpus_are_numbered_from_0_in_the_nodes_order():
+    for gpus, local in (((2, 3), "0,1"), ((3, 2), "1,0"), ((0, 1, 2, 3), "0,1,2,3"), ((1,), "0")):
+        text = _serving(252, gpus=gpus)
+        env = [v for k, v in unit_sections(text)["Service"] if k == "Environment"]
+        assert '"CUDA_VISIBLE_DEVICES=%s"' % local in env, (gpus, env)
+        pre = [v for k, v in unit_sections(text)["Service"] if k == "ExecStartPre"]
+        assert any(" -i %s " % local in v for v in pre), (gpus, pre)
+    # hardening off: no allow-list, the node's numbers
+    text = _serving(252, gpus=(3, 2), serving_hardening=False)
+    env = [v for k, v in unit_sections(text)["Service"] if k == "Environment"]
+    assert '"CUDA_VISIBLE_DEVICES=3,2"' in env
+    assert device_allow(text) == []
 
 
 def test_units_that_run_cuda_or_python_jit_go_without_memory_deny_write_execute(tmp_path):
