@@ -147,7 +147,6 @@ PERSISTENCED = "persistenced"    # nvidia-persistenced: root, every GPU, may cre
 RAY = "ray"                      # ray start: Python, vLLM's CUDA workers, the cluster's network; serving_user
 PROFILES = (GPU_SERVER, DOCKER_CLIENT, GPU_COLLECTOR, EXPORTER, PERSISTENCED, RAY)
 _GPU = (GPU_SERVER, DOCKER_CLIENT, GPU_COLLECTOR, PERSISTENCED, RAY)   # may open /dev/nvidia*
-_OWN_USER = (GPU_SERVER, EXPORTER, RAY)                     # run as a user of their own (User=)
 
 
 def _every(value, but=()):
