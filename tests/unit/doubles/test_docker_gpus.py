@@ -90,3 +90,20 @@ def test_the_path_map_file_is_read_longest_prefix_first(tmp_path):
     assert shim.host_path("/home/llmops/ccache/x", path_map) == "/c/x"
     assert shim.host_path("/home/llmops/ccachex", path_map) == "/h/root/home/llmops/ccachex"
     assert shim.load_path_map(str(tmp_path / "missing")) == []
+
+
+def test_a_sandboxed_run_logs_to_the_journal_when_the_log_cannot_be_written(tmp_path):
+    """A serving unit's ProtectSystem=strict keeps /var/log read-only: the line goes to stderr (journal)."""
+    real = tmp_path / "docker"
+    real.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
+    real.chmod(0o755)
+    unwritable = tmp_path / "read-only" / "runs.jsonl"       # its directory is missing: open() fails
+    env = dict(os.environ, DOCKER_GPUS_REAL=str(real), DOCKER_GPUS_LOG=str(unwritable),
+               DOCKER_GPUS_DRIVER_LIBS="")
+    result = subprocess.run([sys.executable, SHIM, "run", "--gpus", '"device=2,3"', "img"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                            check=True)
+    assert result.stdout.split() == ["run", "-e", "NVIDIA_VISIBLE_DEVICES=2,3", "img"]
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("docker-gpus run: ")]
+    assert json.loads(line[len("docker-gpus run: "):]) == ["run", "--gpus", '"device=2,3"', "img"]
+    assert not unwritable.exists()
