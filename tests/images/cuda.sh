@@ -24,7 +24,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/mirror.sh"
 repo=llmops-test/cuda
 suite=trixie
-recipe_hash=$(sha256sum "$0" "$here/mirror.sh" | sha256sum | cut -c1-16)
+# The recipe's contents only (sha256sum would also hash the file names: every checkout path a new 8 GB set).
+recipe_hash=$(cat "$0" "$here/mirror.sh" | sha256sum | cut -c1-16)
 
 if [ -z "${FORCE:-}" ] && docker image inspect "$repo:devel-$recipe_hash" "$repo:runtime-$recipe_hash" \
      "$repo:driver-$recipe_hash" >/dev/null 2>&1; then
