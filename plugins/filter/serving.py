@@ -14,7 +14,9 @@ spellings systemd.py and container.py.
     {{ plan | llmops.serving.serving_exec_start(user='llama') }}           -> ExecStart= value
     {{ serving_instances | llmops.serving.serving_env_file('qwen', mode='host', api_keys=...) }} -> env file
     {{ settings | llmops.serving.serving_argv(engine='llama.cpp', model='/m.gguf', port=8003) }}
-    {{ systemd_version | llmops.serving.serving_hardening(read_paths=[...]) }}
+    {{ systemd_version | llmops.serving.serving_hardening(read_paths=[...], gpus=[2, 3], write_paths=[...]) }}
+    {{ systemd_version | llmops.serving.systemd_hardening('exporter', write_paths=[...]) }}  -> any unit's
+    {{ plan | llmops.serving.serving_sandboxed_gpus(serving_hardening) }}  -> GPU indexes/env inside the unit
     {{ systemd_version | llmops.serving.serving_restart_policy(restart_sec=10, restart='always') }}
     {{ query('ansible.builtin.varnames', '^llama_server_') | llmops.serving.serving_renamed_variables }}
     {{ serving_instances | llmops.serving.serving_unit_names(serving_default_engine, serving_unit_prefix) }}
@@ -76,8 +78,15 @@ def serving_env_file(instances, name, mode="host", systemd_version=None, api_key
                                            api_keys=api_keys, default_engine=default_engine)
 
 
-def serving_hardening(systemd_version, read_paths=(), mode="host"):
-    return [list(item) for item in systemd.hardening(systemd_version, read_paths=read_paths, mode=mode)]
+def serving_hardening(systemd_version, read_paths=(), mode="host", gpus=None, write_paths=()):
+    return [list(item) for item in systemd.hardening(systemd_version, read_paths=read_paths, mode=mode,
+                                                     gpus=gpus, write_paths=write_paths)]
+
+
+def systemd_hardening(systemd_version, profile, gpus=None, read_paths=(), write_paths=()):
+    """Any unit's sandboxing directives for its profile (plugin_utils/systemd.py's table)."""
+    return [list(item) for item in systemd.unit_hardening(systemd_version, profile, gpus=gpus,
+                                                          read_paths=read_paths, write_paths=write_paths)]
 
 
 def serving_restart_policy(systemd_version, **kwargs):
@@ -147,6 +156,8 @@ class FilterModule(object):
             "serving_env_file": _wrap(serving_env_file),
             "serving_hardening": _wrap(serving_hardening),
             "serving_restart_policy": _wrap(serving_restart_policy),
+            "systemd_hardening": _wrap(systemd_hardening),
+            "serving_sandboxed_gpus": _wrap(systemd.sandboxed_gpus),
             "serving_instance_fact": _wrap(serving_instance_fact),
             "serving_health_wait_args": _wrap(instance_plan.health_wait_args),
             "serving_unit_names": _wrap(instance_plan.unit_names),

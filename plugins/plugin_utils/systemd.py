@@ -9,7 +9,6 @@ Tested by tests/unit/plugins/plugin_utils/test_systemd.py and tests/roles/test_s
 from __future__ import absolute_import, division, print_function
 
 import re
-from collections import OrderedDict
 
 from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 from ansible_collections.llmops.serving.plugins.plugin_utils.container import docker_run_args
@@ -136,47 +135,215 @@ def exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=None, home=
     return systemd_command([plan["binary"]] + list(plan.get("subcommand") or ()) + list(plan["argv"]))
 
 
-# (directive, value, first systemd version that knows it). NEVER PrivateDevices / DevicePolicy=closed:
-# the GPUs (/dev/nvidia*) would vanish. No MemoryDenyWriteExecute: CUDA JIT needs W+X pages.
+# Unit hardening: one table for every unit the collection writes (docs/security.md, "Unit hardening").
+# A unit names the profile of what it runs; the profile decides which settings it can take, the node's
+# systemd version which of those it knows (an unknown directive is a warning on 219 and the rest of the unit
+# still loads, but a later systemd would then apply what the author never tried).
+GPU_SERVER = "gpu-server"        # llama-server / vLLM on the host: CUDA (JIT), Python, triton; serving_user
+DOCKER_CLIENT = "docker-client"  # only the docker CLI (serving's container mode, the DCGM exporter); root
+GPU_COLLECTOR = "gpu-collector"  # python + nvidia-smi + /dev/kmsg (XID errors), no network; root
+EXPORTER = "exporter"            # node_exporter, the Prometheus agent: Go, own user, loopback + remote write
+PERSISTENCED = "persistenced"    # nvidia-persistenced: root, every GPU, may create their device nodes
+RAY = "ray"                      # ray start: Python, vLLM's CUDA workers, the cluster's network; serving_user
+PROFILES = (GPU_SERVER, DOCKER_CLIENT, GPU_COLLECTOR, EXPORTER, PERSISTENCED, RAY)
+_GPU = (GPU_SERVER, DOCKER_CLIENT, GPU_COLLECTOR, PERSISTENCED, RAY)   # may open /dev/nvidia*
+
+
+def _every(value, but=()):
+    return dict((p, value) for p in PROFILES if p not in but)
+
+
+# (directive, first systemd version that knows it, {profile: value}: a profile not named goes without it,
+#  why it is safe for what the profiles run - and why a profile goes without it).
 HARDENING = (
-    ("NoNewPrivileges", "yes", 187),
-    ("PrivateTmp", "yes", 1),
-    ("ProtectSystem", "full", 214),
-    ("ProtectSystem", "strict", 232),
-    ("ProtectHome", "{home}", 214),
-    ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK", 211),
-    ("SystemCallArchitectures", "native", 209),
-    ("ProtectKernelTunables", "yes", 232),
-    ("ProtectKernelModules", "yes", 232),
-    ("ProtectControlGroups", "yes", 232),
-    ("RestrictRealtime", "yes", 231),
-    ("RestrictNamespaces", "yes", 233),
-    ("LockPersonality", "yes", 235),
-    ("RestrictSUIDSGID", "yes", 242),
-    ("ProtectHostname", "yes", 242),
-    ("ProtectKernelLogs", "yes", 244),
-    ("ProtectClock", "yes", 245),
-    ("ProtectProc", "invisible", 247),
+    ("NoNewPrivileges", 187, _every("yes"),
+     "Nothing here gains privileges by exec: the driver role loads the modules and creates the device nodes "
+     "(the setuid nvidia-modprobe is not needed at run time)."),
+    ("CapabilityBoundingSet", 187,
+     dict(_every(""), **{GPU_COLLECTOR: "CAP_SYSLOG", PERSISTENCED: "CAP_MKNOD"}),
+     "Empty for the servers and the docker CLI (root needs no capability to use root's docker socket and "
+     "files). The GPU collector keeps CAP_SYSLOG (dmesg_restrict: /dev/kmsg's XID lines), "
+     "nvidia-persistenced CAP_MKNOD (it creates missing /dev/nvidia<N> nodes at boot)."),
+    ("PrivateTmp", 1, _every("yes"),
+     "A /tmp of its own: Ray keeps its session in ray_cluster_temp_dir and `ray status` is given --address; "
+     "the servers' caches live under their home."),
+    ("ProtectSystem", 214, _every("full"), "/usr, /boot, /etc read-only (219)."),
+    ("ProtectSystem", 232, _every("strict"),
+     "The whole tree read-only but the unit's own directories (ReadWritePaths=, RuntimeDirectory=)."),
+    ("ProtectHome", 214, dict(_every("yes"), **{DOCKER_CLIENT: "read-only", EXPORTER: "read-only",
+                                                RAY: "read-only", GPU_SERVER: "{home}"}),
+     "Hidden, or read-only where something is read there: a model or binary under /home (the L20 box keeps "
+     "its models in /home/models), root's docker credentials, node_exporter's view of the /home mount."),
+    ("PrivateDevices", 209, {DOCKER_CLIENT: "{cpu_only}", EXPORTER: "yes", GPU_SERVER: "{cpu_only}"},
+     "Only the pseudo devices for units that open no device (the docker CLI: docker hands the GPUs to the "
+     "container; a CPU-only server). Never for a unit that opens /dev/nvidia* (a server, the GPU check "
+     "before a container starts): they would vanish."),
+    ("DevicePolicy", 208, _every("closed", but=(EXPORTER,)),
+     "The pseudo devices plus the DeviceAllow= list (devices()): an instance sees exactly its GPUs. Needed "
+     "with ProtectClock= (245+), which adds DeviceAllow=char-rtc and so turns the default policy into an "
+     "allow-list that would shut out every GPU."),
+    ("SystemCallArchitectures", 209, _every("native"),
+     "No 32-bit or x32 system calls (nothing here is 32-bit)."),
+    ("SystemCallErrorNumber", 209, _every("EPERM"),
+     "A filtered call fails with EPERM (the program logs it) rather than killing the process with SIGSYS."),
+    ("RestrictAddressFamilies", 211,
+     dict(_every("AF_UNIX AF_INET AF_INET6 AF_NETLINK"),
+          **{DOCKER_CLIENT: "AF_UNIX", GPU_COLLECTOR: "AF_UNIX", PERSISTENCED: "AF_UNIX"}),
+     "The servers, exporters and Ray listen and connect over IP; AF_NETLINK for the interface list "
+     "(getifaddrs: NCCL, gloo, Ray, node_exporter). The docker CLI needs only /run/docker.sock; the "
+     "collector and nvidia-persistenced only local sockets (syslog, persistenced's own)."),
+    ("PrivateNetwork", 33, {GPU_COLLECTOR: "yes"},
+     "The collector runs nvidia-smi and writes a file: no network at all. Every other unit serves or "
+     "connects (the docker CLI's socket is a file, but docker run's published ports are the daemon's)."),
+    ("UMask", 1, _every("0077", but=(PERSISTENCED,)),
+     "Files the unit creates are its own (the collector sets 0644 on what node_exporter reads). "
+     "nvidia-persistenced keeps 0022: its socket is for every user's NVML."),
+    ("RestrictRealtime", 231, _every("yes"), "No realtime scheduling (CUDA, NCCL and Ray do not use it)."),
+    ("MemoryDenyWriteExecute", 231, {DOCKER_CLIENT: "yes", EXPORTER: "yes"},
+     "Go programs (docker CLI, node_exporter, Prometheus) need no W+X memory. Withheld where CUDA or Python "
+     "JIT code runs - CUDA's PTX JIT, triton and vLLM's compiled kernels need writable executable pages - "
+     "and for the units that load the driver's closed libraries (NVML, libnvidia-cfg); the system call "
+     "filter, the empty capability set and NoNewPrivileges stand in."),
+    ("ProtectKernelTunables", 232, _every("yes"),
+     "/proc/sys, /sys read-only: nothing here tunes the kernel."),
+    ("ProtectKernelModules", 232, _every("yes"),
+     "No module loading: the driver role loads nvidia and nvidia_uvm (udev loads nvidia at boot)."),
+    ("ProtectControlGroups", 232, _every("yes"),
+     "The cgroup tree read-only (dockerd, not its CLI, writes it)."),
+    ("RemoveIPC", 232, _every("yes", but=(DOCKER_CLIENT, GPU_COLLECTOR, PERSISTENCED)),
+     "IPC objects of the unit's user go when its last unit stops (systemd counts the units per user, so a "
+     "server restarting beside ray.service keeps Ray's shared memory). No effect for root units."),
+    ("RestrictNamespaces", 233, _every("yes"),
+     "No namespaces: containers are dockerd's; the programs make none."),
+    ("LockPersonality", 235, _every("yes"), "The execution domain stays Linux (no READ_IMPLIES_EXEC)."),
+    ("PrivateMounts", 239, _every("yes"), "Mounts stay in the unit's namespace (it makes none)."),
+    ("SystemCallFilter", 239, _every("@system-service"),
+     "The calls of an ordinary service (CUDA's ioctls and mmap, Python, Go, Ray's sockets) and no more."),
+    ("SystemCallFilter", 239, _every("~@privileged", but=(PERSISTENCED,)),
+     "Not even root's calls (chown, setuid, chroot, ...). nvidia-persistenced keeps them: creating a device "
+     "node chowns it. @resources stays allowed: OpenMP and NCCL pin threads (sched_setaffinity), CUDA uses "
+     "mbind, Python sets rlimits."),
+    ("RestrictSUIDSGID", 242, _every("yes"), "No setuid or setgid files made."),
+    ("ProtectHostname", 242, _every("yes"), "The host name stays."),
+    ("ProtectKernelLogs", 244, _every("yes", but=(GPU_COLLECTOR,)),
+     "No kernel log. The GPU collector reads /dev/kmsg for XID errors: it goes without."),
+    ("ProtectClock", 245, _every("yes"),
+     "The clock stays (implies DeviceAllow=char-rtc r; see DevicePolicy)."),
+    ("ProtectProc", 247, _every("invisible"), "Other users' processes are invisible in /proc."),
+    ("ProcSubset", 247, {DOCKER_CLIENT: "pid"},
+     "Only the docker CLI can do without /proc's system files: CUDA and nvidia-smi read /proc/driver/nvidia, "
+     "node_exporter and Ray /proc/stat and /proc/meminfo."),
 )
 
+# PrivateUsers= is withheld everywhere: a user namespace fails the unit (226/NAMESPACE) where they are
+# switched off (user.max_user_namespaces=0, a common hardening of GPU hosts) or nested (a node that is itself
+# a container). IPAddressDeny= is withheld: the servers' clients, Ray's peers and the remote-write host are
+# the inventory's, not the unit's, to name.
 
-def hardening(systemd_version, read_paths=(), mode="host"):
-    """Hardening directives for a node's systemd version, as an ordered list of (directive, value).
+# Device nodes of an NVIDIA GPU besides /dev/nvidia<N>: every CUDA program opens nvidiactl and nvidia-uvm
+# (uvm-tools for profilers), nvidia-modeset where the modeset module is loaded; MIG instances read their
+# capability nodes. The groups (char-<name> of /proc/devices) cover nodes created after the unit started.
+GPU_CONTROL_DEVICES = (("/dev/nvidiactl", "rw"), ("/dev/nvidia-uvm", "rw"), ("/dev/nvidia-uvm-tools", "rw"),
+                       ("/dev/nvidia-modeset", "rw"), ("char-nvidia-caps", "r"))
+# A unit that serves every GPU of the node (the collector, nvidia-persistenced, Ray's workers): all NVIDIA
+# character devices, also those of a GPU added later ("char-" + a glob of /proc/devices' names).
+ALL_GPUS = "all"
+_PROFILE_DEVICES = {GPU_COLLECTOR: (("/dev/kmsg", "r"),), PERSISTENCED: ()}
 
-    ProtectHome is read-only when a model or the binary lives under /home or /root (the L20 box keeps its
-    models in /home/models), else yes. In container mode the unit only runs the docker client: the container
-    is the sandbox, and namespace/address-family restrictions would break the client, so only the basics.
-    """
+
+def devices(profile, gpus=None):
+    """DeviceAllow= entries of a unit: `gpus` the GPU indexes it uses (a list), ALL_GPUS, or None/[] (none).
+    An instance on GPUs [2, 3] gets /dev/nvidia2, /dev/nvidia3 and the control nodes, never /dev/nvidia0."""
+    if profile not in _GPU:
+        return []
+    out = list(_PROFILE_DEVICES.get(profile, ()))
+    if gpus == ALL_GPUS:
+        # persistenced creates the nodes it finds missing: mknod (m) on them
+        out.append(("char-nvidia*", "rwm" if profile == PERSISTENCED else "rw"))
+    elif gpus:
+        for index in gpus:
+            if isinstance(index, bool) or not str(index).isdigit():
+                raise ServingError("GPU index %r is not a number (the unit's DeviceAllow= is "
+                                   "/dev/nvidia<index>)" % (index,))
+        out.extend(("/dev/nvidia%d" % int(i), "rw") for i in sorted(set(int(i) for i in gpus)))
+        out.extend(GPU_CONTROL_DEVICES)
+    return out
+
+
+def unit_hardening(systemd_version, profile, gpus=None, read_paths=(), write_paths=()):
+    """The sandboxing directives of a unit of `profile` for the node's systemd version, as an ordered list of
+    (directive, value) (a directive may repeat: DeviceAllow=, SystemCallFilter=).
+
+    `gpus`: see devices(). `read_paths`: what the unit reads (a path under /home, /root or /run/user makes
+    ProtectHome read-only for a server). `write_paths`: its own directories, writable under
+    ProtectSystem=strict ("-" before a path that may not exist yet)."""
+    if profile not in PROFILES:
+        raise ServingError("unknown hardening profile %r (one of %s)" % (profile, ", ".join(PROFILES)))
     version = int(systemd_version or 0)
     under_home = any(str(p).startswith(("/home/", "/root/", "/run/user/")) for p in read_paths or ())
-    chosen = OrderedDict()
-    for directive, value, since in HARDENING:
-        if version < since:
+    placeholders = {"{home}": "read-only" if under_home else "yes",
+                    "{cpu_only}": None if gpus else "yes"}
+    chosen = []
+    for directive, since, values, _why in HARDENING:
+        value = values.get(profile)
+        if version < since or value is None:
             continue
-        if mode == "container" and directive not in ("PrivateTmp",):
+        value = placeholders.get(value, value)
+        if value is None:
             continue
-        chosen[directive] = value.replace("{home}", "read-only" if under_home else "yes")
-    return list(chosen.items())
+        # a later row of the same directive replaces the earlier (ProtectSystem full -> strict), except the
+        # ones that add up (SystemCallFilter= lines)
+        if directive != "SystemCallFilter":
+            chosen = [item for item in chosen if item[0] != directive]
+        chosen.append((directive, value))
+    if any(d == "DevicePolicy" for d, _ in chosen):
+        chosen.extend(("DeviceAllow", "%s %s" % item) for item in devices(profile, gpus))
+    if version >= 232 and write_paths:
+        chosen.append(("ReadWritePaths", " ".join(_writable_path(p) for p in write_paths)))
+    return chosen
+
+
+_WRITABLE_PATH = whole(r"-?/[^\s\x00-\x1f\x7f\\\"']*")
+
+
+def _writable_path(path):
+    """One ReadWritePaths= entry: an absolute path (a leading "-": it may not exist), no blank or quote (the
+    list is blank-separated), % doubled (specifiers)."""
+    if not _WRITABLE_PATH.match(str(path)):
+        raise ServingError("%r cannot be a ReadWritePaths= entry: use an absolute path without blanks, "
+                           "quotes or control characters" % (path,))
+    return str(path).replace("%", "%%")
+
+
+def sandboxed_gpus(plan, hardening=True, gpu_check=True):
+    """An instance's GPUs as its unit sees them: {"opened": the node's indexes the unit's own processes open
+    (its DeviceAllow=), "gpus": their indexes inside the unit (nvidia-smi -i), "env": the instance's env
+    with CUDA_VISIBLE_DEVICES spelled in those}.
+
+    The unit opens its GPUs in host mode, and in container mode only for the GPU check before docker run
+    (docker hands the GPUs to the container). DeviceAllow= lets it open only those /dev/nvidia<N>; the driver
+    then lists only them, numbered from 0 in the node's order - as under Slurm's ConstrainDevices, which is
+    why Slurm sets CUDA_VISIBLE_DEVICES to job-local indexes. GPUs [2, 3] are 0 and 1 inside the unit (CUDA,
+    NVML, nvidia-smi -i), [3, 2] are 1 and 0. Without the sandbox (hardening off) the node's indexes stay."""
+    gpus = [int(g) for g in plan.get("gpus") or ()]
+    env = dict(plan.get("env") or {})
+    opened = gpus if plan.get("mode") == "host" or gpu_check else []
+    if not (hardening and opened):
+        return {"opened": opened if hardening else [], "gpus": gpus, "env": env}
+    order = sorted(set(gpus))
+    local = [order.index(g) for g in gpus]
+    if "CUDA_VISIBLE_DEVICES" in env:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in local)
+    return {"opened": gpus, "gpus": local, "env": env}
+
+
+def hardening(systemd_version, read_paths=(), mode="host", gpus=None, write_paths=()):
+    """A serving instance's directives: host mode runs CUDA (GPU_SERVER), container mode only the docker CLI
+    (DOCKER_CLIENT: docker hands the GPUs to the container, the unit needs /run/docker.sock). `gpus`: those
+    the unit's own processes open (sandboxed_gpus()["opened"])."""
+    profile = GPU_SERVER if mode == "host" else DOCKER_CLIENT
+    return unit_hardening(systemd_version, profile, gpus=gpus, read_paths=read_paths,
+                          write_paths=write_paths if profile == GPU_SERVER else ())
 
 
 def restart_policy(systemd_version, restart_sec=10, interval=600, burst=5, max_delay=300,

@@ -259,7 +259,8 @@ def test_gpus_stay_visible_in_the_unit_they_are_not_secret():
     v = variables_for([{"name": "q", "model": "tiny", "port": 18003, "gpus": [2, 3],
                         "env": {"HF_TOKEN": HF_TOKEN}}], llmops_gpus=gpus)
     text = render_unit(v)
-    assert "CUDA_VISIBLE_DEVICES=2,3" in directive(text, "Service", "Environment")[-1]
+    # GPUs 2 and 3 are 0 and 1 in the unit's sandbox (tests/roles/test_unit_hardening.py)
+    assert "CUDA_VISIBLE_DEVICES=0,1" in directive(text, "Service", "Environment")[-1]
     assert HF_TOKEN not in text
     assert "CUDA_VISIBLE_DEVICES" not in parse_systemd_env_file(render_env_file(v))
 

@@ -168,10 +168,13 @@ def test_gpu_instance_sees_only_its_gpus_and_relative_main_gpu():
     v = variables_for([{"name": "q", "model": "tiny", "port": 18003, "gpus": [2, 3],
                         "settings": {"main_gpu": 2, "tensor_split": [0.5, 0.5]}}], llmops_gpus=gpus)
     text = render_unit(v)
-    assert '"CUDA_VISIBLE_DEVICES=2,3"' in text
-    assert 'CUDA_VISIBLE_DEVICES=2,3' in directive(text, "Service", "Environment")[-1]
+    # the sandbox opens only GPUs 2 and 3, which the driver numbers 0 and 1 inside the unit
+    assert 'CUDA_VISIBLE_DEVICES=0,1' in directive(text, "Service", "Environment")[-1]
     argv = exec_start_argv(text)
     assert argv[argv.index("--main-gpu") + 1] == "0"
+    # without the sandbox the node's numbers stay
+    text = render_unit(dict(v, serving_hardening=False))
+    assert 'CUDA_VISIBLE_DEVICES=2,3' in directive(text, "Service", "Environment")[-1]
 
 
 def test_systemd_219_unit_for_centos7():
@@ -189,7 +192,8 @@ def test_systemd_219_unit_for_centos7():
     for newer in ("ProtectKernelTunables", "RestrictNamespaces", "ReadWritePaths", "LockPersonality",
                   "ProtectClock", "RestartMaxDelaySec", "DynamicUser", "LoadCredential"):
         assert newer not in service, newer
-    assert "PrivateDevices" not in text
+    # a CPU-only instance opens no device; 219 knows DevicePolicy= and PrivateDevices=
+    assert service["PrivateDevices"] == "yes" and service["DevicePolicy"] == "closed"
 
 
 def test_systemd_252_unit_gets_the_strict_set():
@@ -204,7 +208,7 @@ def test_systemd_252_unit_gets_the_strict_set():
     for directive_name in ("NoNewPrivileges", "PrivateTmp", "ProtectKernelTunables",
                            "RestrictAddressFamilies"):
         assert directive_name in service
-    assert "PrivateDevices" not in text
+    assert service["PrivateDevices"] == "yes"        # CPU-only (GPUs: tests/roles/test_unit_hardening.py)
 
 
 def test_hardening_can_be_switched_off():

@@ -127,3 +127,20 @@ def test_the_nodes_network_comes_from_its_setting(tmp_path, monkeypatch):
                DOCKER_GPUS_DRIVER_LIBS="", DOCKER_GPUS_NETWORK="container:node")
     out = subprocess.check_output([sys.executable, SHIM, "run", "--network", "host", "img"], env=env)
     assert out.decode().split() == ["run", "--network", "container:node", "img"]
+
+
+def test_a_sandboxed_run_logs_to_the_journal_when_the_log_cannot_be_written(tmp_path):
+    """A serving unit's ProtectSystem=strict keeps /var/log read-only: the line goes to stderr (journal)."""
+    real = tmp_path / "docker"
+    real.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
+    real.chmod(0o755)
+    unwritable = tmp_path / "read-only" / "runs.jsonl"       # its directory is missing: open() fails
+    env = dict(os.environ, DOCKER_GPUS_REAL=str(real), DOCKER_GPUS_LOG=str(unwritable),
+               DOCKER_GPUS_DRIVER_LIBS="")
+    result = subprocess.run([sys.executable, SHIM, "run", "--gpus", '"device=2,3"', "img"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                            check=True)
+    assert result.stdout.split() == ["run", "-e", "NVIDIA_VISIBLE_DEVICES=2,3", "img"]
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("docker-gpus run: ")]
+    assert json.loads(line[len("docker-gpus run: "):]) == ["run", "--gpus", '"device=2,3"', "img"]
+    assert not unwritable.exists()

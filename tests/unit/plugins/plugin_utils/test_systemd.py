@@ -27,11 +27,17 @@ def test_hardening_by_systemd_version():
     assert new["ProtectSystem"] == "strict" and new["ProtectHome"] == "yes"
     assert dict(systemd.hardening(252, read_paths=["/home/models/x.gguf"]))["ProtectHome"] == "read-only"
     for version in (219, 252, 999):
-        for mode in ("host", "container"):
-            names = dict(systemd.hardening(version, mode=mode))
-            assert "PrivateDevices" not in names and "DevicePolicy" not in names
-            assert "MemoryDenyWriteExecute" not in names
-    assert dict(systemd.hardening(252, mode="container")) == {"PrivateTmp": "yes"}
+        # a GPU instance on the host: its GPUs (never PrivateDevices: they would vanish), no W^X (CUDA JIT)
+        gpu = systemd.hardening(version, mode="host", gpus=[1])
+        assert "PrivateDevices" not in dict(gpu) and dict(gpu)["DevicePolicy"] == "closed"
+        assert ("DeviceAllow", "/dev/nvidia1 rw") in gpu and ("DeviceAllow", "/dev/nvidia0 rw") not in gpu
+        assert "MemoryDenyWriteExecute" not in dict(gpu)
+        # container mode runs the docker CLI: no device (but the GPU check's), the docker socket only
+        container = systemd.hardening(version, mode="container")
+        assert "DeviceAllow" not in dict(container) and dict(container)["PrivateDevices"] == "yes"
+        assert dict(container)["RestrictAddressFamilies"] == "AF_UNIX"
+    assert dict(systemd.hardening(252, mode="container"))["MemoryDenyWriteExecute"] == "yes"
+    assert "MemoryDenyWriteExecute" not in dict(systemd.hardening(219, mode="container"))
 
 
 def test_restart_policy_spellings():
