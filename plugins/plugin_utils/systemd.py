@@ -315,7 +315,7 @@ def _writable_path(path):
     return str(path).replace("%", "%%")
 
 
-def sandboxed_gpus(plan, hardening=True, gpu_check=True):
+def sandboxed_gpus(plan, hardening=True, gpu_check=True, isolate=False):
     """An instance's GPUs as its unit sees them: {"opened": the node's indexes the unit's own processes open
     (its DeviceAllow=), "gpus": their indexes inside the unit (nvidia-smi -i), "env": the instance's env
     with CUDA_VISIBLE_DEVICES spelled in those}.
@@ -324,12 +324,19 @@ def sandboxed_gpus(plan, hardening=True, gpu_check=True):
     (docker hands the GPUs to the container). DeviceAllow= lets it open only those /dev/nvidia<N>; the driver
     then lists only them, numbered from 0 in the node's order - as under Slurm's ConstrainDevices, which is
     why Slurm sets CUDA_VISIBLE_DEVICES to job-local indexes. GPUs [2, 3] are 0 and 1 inside the unit (CUDA,
-    NVML, nvidia-smi -i), [3, 2] are 1 and 0. Without the sandbox (hardening off) the node's indexes stay."""
+    NVML, nvidia-smi -i), [3, 2] are 1 and 0. Without the sandbox (hardening off) the node's indexes stay.
+
+    That renumbering is what Slurm documents; it has not been checked on this collection's GPUs (no GPU in
+    CI), so it is opt-in (`isolate`, serving_gpu_isolation). By default a sandboxed unit may open every NVIDIA
+    GPU node ("opened" is ALL_GPUS: char-nvidia*, no other device) and keeps the node's numbers: the
+    instance's GPUs are still chosen by CUDA_VISIBLE_DEVICES, as before the sandbox."""
     gpus = [int(g) for g in plan.get("gpus") or ()]
     env = dict(plan.get("env") or {})
     opened = gpus if plan.get("mode") == "host" or gpu_check else []
     if not (hardening and opened):
         return {"opened": opened if hardening else [], "gpus": gpus, "env": env}
+    if not isolate:
+        return {"opened": ALL_GPUS, "gpus": gpus, "env": env}
     order = sorted(set(gpus))
     local = [order.index(g) for g in gpus]
     if "CUDA_VISIBLE_DEVICES" in env:

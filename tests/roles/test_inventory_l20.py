@@ -180,12 +180,12 @@ def test_l20_host_mode_maps_gpus_2_3_and_main_gpu_0():
     variables = l20_vars(serving_mode={"llama.cpp": "host"}, llmops_llama_cpp={
         "mode": "host", "binary": "/opt/llama.cpp/builds/b7/bin/llama-server", "build_id": "b7"})
     text = render_unit(variables)
-    # the unit opens only /dev/nvidia2 and /dev/nvidia3, which the driver then numbers 0 and 1 inside it
-    assert '"CUDA_VISIBLE_DEVICES=0,1"' in directive(text, "Service", "Environment")
-    assert "/dev/nvidia2 rw" in directive(text, "Service", "DeviceAllow")
+    # the node's numbers (serving_gpu_isolation off: the unit may open NVIDIA's GPU nodes, no other device)
+    assert '"CUDA_VISIBLE_DEVICES=2,3"' in directive(text, "Service", "Environment")
+    assert directive(text, "Service", "DeviceAllow") == ["char-nvidia* rw"]
     argv = exec_start_argv(text)
     pairs = argv_pairs(argv[1:])
-    assert pairs["--main-gpu"] == "0"            # physical GPU 2 is device 0 of the unit's two
+    assert pairs["--main-gpu"] == "0"            # physical GPU 2 is device 0 of CUDA_VISIBLE_DEVICES=2,3
     assert pairs["--model"] == MODEL_PATH
     assert pairs["--api-key-file"] == "/etc/llama-server/qwen36-27b.key"
     assert directive(text, "Service", "LimitMEMLOCK") == ["infinity"]

@@ -259,8 +259,7 @@ def test_gpus_stay_visible_in_the_unit_they_are_not_secret():
     v = variables_for([{"name": "q", "model": "tiny", "port": 18003, "gpus": [2, 3],
                         "env": {"HF_TOKEN": HF_TOKEN}}], llmops_gpus=gpus)
     text = render_unit(v)
-    # GPUs 2 and 3 are 0 and 1 in the unit's sandbox (tests/roles/test_unit_hardening.py)
-    assert "CUDA_VISIBLE_DEVICES=0,1" in directive(text, "Service", "Environment")[-1]
+    assert "CUDA_VISIBLE_DEVICES=2,3" in directive(text, "Service", "Environment")[-1]
     assert HF_TOKEN not in text
     assert "CUDA_VISIBLE_DEVICES" not in parse_systemd_env_file(render_env_file(v))
 
@@ -463,7 +462,8 @@ FLEET = os.path.join(os.path.dirname(ROLE), "fleet")
 
 
 def test_every_lifecycle_step_passes_this_runs_token():
-    """deploy (instance.yml), restore (rollback.yml), commit (record.yml), release (instance.yml's rescue)
+    """deploy (instance.yml; again with lock_takeover when the lock's owner is a dead run), restore
+    (rollback.yml), commit (record.yml), release (instance.yml's rescue)
     and query/swap/release for role fleet and playbooks/rollback.yml (deployment.yml): one token per run."""
     steps = {}
     for name in ("instance.yml", "rollback.yml", "record.yml", "deployment.yml"):
@@ -472,7 +472,7 @@ def test_every_lifecycle_step_passes_this_runs_token():
                 args = task["llmops.serving.deployment"]
                 assert args["lock_token"] == "{{ _serving_run.token }}", (name, task["name"])
                 steps.setdefault(name, []).append(args["state"])
-    assert steps == {"instance.yml": ["deploy", "release"], "rollback.yml": ["restore"],
+    assert steps == {"instance.yml": ["deploy", "deploy", "release"], "rollback.yml": ["restore"],
                      "record.yml": ["commit"], "deployment.yml": ["{{ _serving_deployment_step }}"]}
     # the steps that take the lock say who holds it and for how long
     for name, state in (("instance.yml", "deploy"), ("deployment.yml", "{{ _serving_deployment_step }}")):

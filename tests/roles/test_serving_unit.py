@@ -168,12 +168,15 @@ def test_gpu_instance_sees_only_its_gpus_and_relative_main_gpu():
     v = variables_for([{"name": "q", "model": "tiny", "port": 18003, "gpus": [2, 3],
                         "settings": {"main_gpu": 2, "tensor_split": [0.5, 0.5]}}], llmops_gpus=gpus)
     text = render_unit(v)
-    # the sandbox opens only GPUs 2 and 3, which the driver numbers 0 and 1 inside the unit
-    assert 'CUDA_VISIBLE_DEVICES=0,1' in directive(text, "Service", "Environment")[-1]
+    assert 'CUDA_VISIBLE_DEVICES=2,3' in directive(text, "Service", "Environment")[-1]
     argv = exec_start_argv(text)
     assert argv[argv.index("--main-gpu") + 1] == "0"
+    # serving_gpu_isolation: the sandbox opens only GPUs 2 and 3, which the driver numbers 0 and 1 inside it
+    text = render_unit(dict(v, serving_gpu_isolation=True))
+    assert 'CUDA_VISIBLE_DEVICES=0,1' in directive(text, "Service", "Environment")[-1]
+    assert exec_start_argv(text)[argv.index("--main-gpu") + 1] == "0"
     # without the sandbox the node's numbers stay
-    text = render_unit(dict(v, serving_hardening=False))
+    text = render_unit(dict(v, serving_hardening=False, serving_gpu_isolation=True))
     assert 'CUDA_VISIBLE_DEVICES=2,3' in directive(text, "Service", "Environment")[-1]
 
 

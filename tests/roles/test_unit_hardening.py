@@ -188,17 +188,30 @@ def device_allow(text):
 
 
 def test_an_instance_on_gpus_2_and_3_opens_those_and_the_control_nodes_only():
-    allowed = device_allow(_serving(252, gpus=(3, 2)))
+    allowed = device_allow(_serving(252, gpus=(3, 2), serving_gpu_isolation=True))
     paths = [entry.split()[0] for entry in allowed]
     assert "/dev/nvidia2" in paths and "/dev/nvidia3" in paths
     assert "/dev/nvidia0" not in paths and "/dev/nvidia1" not in paths
     assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"} <= set(paths)
     assert [p for p in paths if re.fullmatch(r"/dev/nvidia\d+", p)] == ["/dev/nvidia2", "/dev/nvidia3"]
     assert not any("*" in p for p in paths)
-    service = dict(unit_sections(_serving(252, gpus=(3, 2)))["Service"])
+    service = dict(unit_sections(_serving(252, gpus=(3, 2), serving_gpu_isolation=True))["Service"])
     assert service["DevicePolicy"] == "closed" and "PrivateDevices" not in service
     # systemd 219 gets the same allow-list (DevicePolicy= and DeviceAllow= are 208)
-    assert device_allow(_serving(219, gpus=(2, 3))) == allowed
+    assert device_allow(_serving(219, gpus=(2, 3), serving_gpu_isolation=True)) == allowed
+
+
+def test_by_default_a_gpu_instance_may_open_nvidias_gpu_nodes_only_and_keeps_the_nodes_numbers():
+    """serving_gpu_isolation off (the default until checked on real GPUs): the allow-list is NVIDIA's
+    character devices and nothing else; CUDA_VISIBLE_DEVICES and the nvidia-smi check keep the node's
+    indexes, as they were before the sandbox."""
+    text = _serving(252, gpus=(3, 2))
+    assert device_allow(text) == ["char-nvidia* rw"]
+    service = unit_sections(text)["Service"]
+    assert dict(service)["DevicePolicy"] == "closed" and "PrivateDevices" not in dict(service)
+    assert '"CUDA_VISIBLE_DEVICES=3,2"' in [v for k, v in service if k == "Environment"]
+    assert any(" -i 3,2 " in v for k, v in service if k == "ExecStartPre")
+    assert device_allow(_serving(252, gpus=())) == []
 
 
 def test_a_cpu_only_instance_opens_no_gpu():
@@ -215,7 +228,7 @@ def test_a_container_instance_needs_only_the_docker_socket():
     assert service["RestrictAddressFamilies"] == "AF_UNIX"
     assert service["CapabilityBoundingSet"] == "" and service["MemoryDenyWriteExecute"] == "yes"
     # the GPU check before docker run (nvidia-smi in the unit) opens the instance's GPUs, numbered from 0
-    text = _serving(252, cpp=CONTAINER_CPP)
+    text = _serving(252, cpp=CONTAINER_CPP, serving_gpu_isolation=True)
     assert [a.split()[0] for a in device_allow(text) if re.fullmatch(r"/dev/nvidia\d+ rw", a)] == [
         "/dev/nvidia2", "/dev/nvidia3"]
     assert "PrivateDevices" not in dict(unit_sections(text)["Service"])
@@ -225,7 +238,7 @@ def test_a_container_instance_needs_only_the_docker_socket():
 
 def test_inside_the_sandbox_the_gpus_are_numbered_from_0_in_the_nodes_order():
     for gpus, local in (((2, 3), "0,1"), ((3, 2), "1,0"), ((0, 1, 2, 3), "0,1,2,3"), ((1,), "0")):
-        text = _serving(252, gpus=gpus)
+        text = _serving(252, gpus=gpus, serving_gpu_isolation=True)
         env = [v for k, v in unit_sections(text)["Service"] if k == "Environment"]
         assert '"CUDA_VISIBLE_DEVICES=%s"' % local in env, (gpus, env)
         pre = [v for k, v in unit_sections(text)["Service"] if k == "ExecStartPre"]
