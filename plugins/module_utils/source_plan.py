@@ -136,7 +136,8 @@ def probe_url(kind, url, extra=None):
         return "%s://%s/v2/" % (scheme, host)
     if kind == "git":
         # a file:// remote is a repository on the node: its directory is what git needs
-        return base if base.startswith("file://") else base + "/info/refs?service=git-upload-pack"
+        # git:// (git daemon) is asked for the repository's refs in git's own protocol (_probe_git)
+        return base if base.startswith(("file://", "git://")) else base + "/info/refs?service=git-upload-pack"
     if kind == "hf":
         return base + "/api/models/" + extra.get("repo", "")
     if kind == "modelscope":
@@ -369,14 +370,52 @@ def _opener(proxy, scheme):
     return urlrequest.build_opener(urlrequest.ProxyHandler({scheme: proxy} if proxy else {}))
 
 
+def _recv(sock, size):
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _probe_git(url, parts, timeout):
+    """A git:// remote (git daemon, port 9418): the request git fetch sends first (git-upload-pack of the
+    path), answered by the first pkt-line of the refs, or by an ERR line (no such repository, not exported).
+    git:// takes no HTTP proxy (git's own core.gitProxy is the site's business)."""
+    host, port = parts.hostname or "", parts.port or 9418
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except (OSError, socket.error) as exc:
+        return "TCP connect to %s:%s failed: %s" % (host, port, getattr(exc, "strerror", None) or exc)
+    try:
+        sock.settimeout(timeout)
+        request = "git-upload-pack %s\0host=%s\0" % (parts.path or "/", parts.netloc)
+        sock.sendall(("%04x%s" % (len(request) + 4, request)).encode("utf-8"))
+        head = _recv(sock, 4).decode("ascii", "replace")
+        if not re.match(r"[0-9a-f]{4}\Z", head):
+            return "%s gave no git answer (%s)" % (url, repr(head) if head else "it closed the connection")
+        payload = _recv(sock, min(max(int(head, 16) - 4, 0), 256)).decode("utf-8", "replace")
+        if payload.startswith("ERR "):
+            return "%s: the git server says %s" % (url, payload[4:].strip())
+        return None
+    except (OSError, socket.error) as exc:
+        return "%s failed: %s" % (url, getattr(exc, "strerror", None) or exc)
+    finally:
+        sock.close()
+
+
 def probe_one(source, proxies, timeout):
     """None when the source answers as what it is, else the error in a few words."""
     url = source["probe"]
     parts = urlsplit(url)
     if parts.scheme == "file":
         return None if os.path.exists(parts.path) else "%s does not exist on the node" % parts.path
+    if parts.scheme == "git":
+        return _probe_git(url, parts, timeout)
     if parts.scheme not in ("http", "https"):
-        return "cannot probe a %s:// URL (http, https or file only)" % parts.scheme
+        return "cannot probe a %s:// URL (http, https, git or file only)" % parts.scheme
     proxy, host, port = route(url, proxies)
     hop = urlsplit(proxy) if proxy else None
     hop_host, hop_port = (hop.hostname, hop.port or 80) if hop else (host, port)

@@ -295,3 +295,42 @@ def test_the_docs_table_names_the_bundle_entries_of_the_sources_outside_the_prob
         rows = [line for line in doc.splitlines() if line.startswith("| ") and "`%s`" % key in line
                 and "offline" not in line]
         assert any("`%s`" % sp.other_bundle_entry(key) in row for row in rows), key
+
+
+def _free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_git_daemon_remote_is_asked_for_its_refs_in_gits_own_protocol(tmp_path):
+    """git:// (the L20 twin's llama.cpp mirror, a site's git daemon): a real git daemon answers for a served
+    repository, says ERR for one it does not serve; a closed port and a silent one are errors in time."""
+    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "llama.cpp.git")], check=True, timeout=30)
+    port = _free_port()
+    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--base-path=%s" % tmp_path,
+                               "--listen=127.0.0.1", "--port=%d" % port, str(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while sp.probe_one({"probe": "git://127.0.0.1:%d/llama.cpp.git" % port, "kind": "git"}, {}, 2) \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)            # until the daemon listens
+        with Silent() as silent:
+            plan = sp.plan([
+                entry("served", "git", "git://127.0.0.1:%d/llama.cpp.git" % port, "llama_cpp_git"),
+                entry("unserved", "git", "git://127.0.0.1:%d/nothing.git" % port, "llama_cpp_git"),
+                entry("closed", "git", "git://127.0.0.1:%d/llama.cpp.git" % closed_port(), "llama_cpp_git"),
+                entry("silent", "git", silent.url.replace("http://", "git://") + "/x.git", "llama_cpp_git"),
+            ])
+            start = time.monotonic()
+            errors = sp.probe_all(plan, {}, 2)
+            took = time.monotonic() - start
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=10)
+    assert errors["served"] is None
+    assert "the git server says" in errors["unserved"] or "gave no git answer" in errors["unserved"], errors
+    assert "TCP connect to 127.0.0.1:" in errors["closed"]
+    assert errors["silent"] and took < 4, (errors["silent"], took)
