@@ -129,7 +129,8 @@ def test_the_twin_compiles_the_shipped_cuda_build_in_the_stand_in_images():
 
 def test_the_node_has_no_route_out_and_reaches_the_mirrors_the_override_names():
     """The node's only network is internal (no route out); every URL of the override is the mirrors' address
-    on it (or the registry on loopback, which the host's daemon pulls from), and those are its allow-list."""
+    on it (or the registry on loopback, which the host's daemon pulls from and the node reaches through a
+    forward to the host), and those are its allow-list."""
     molecule = load(os.path.join(TWIN, "molecule.yml"))
     platform = molecule["platforms"][0]
     assert "network_mode" not in platform
@@ -146,7 +147,11 @@ def test_the_node_has_no_route_out_and_reaches_the_mirrors_the_override_names():
         if not value:
             continue
         if key == "registry":
+            # the host's daemon pulls from loopback; the node reaches the same port on the host through the
+            # forward from its own loopback (mirrors_registry_forward)
             assert value.startswith("127.0.0.1:")
+            assert twin_vars["mirrors_registry_forward"] in (gateway, "{{ mirrors_bind }}")
+            reached.add((gateway, int(value.split(":")[1])))
             continue
         match = re.fullmatch(r"(?:https?|git)://([0-9.]+):([0-9]+)(?:/.*)?", value)
         assert match, "%s: %s is not a mirror on the no-route network" % (key, value)
