@@ -88,8 +88,8 @@ TOKEN_RE = whole(r"[A-Za-z0-9][A-Za-z0-9._:-]{7,127}")
 HOLDER_RE = whole(r"[^\x00-\x1f\x7f]{1,300}")
 # The process of a run (rollout.run_owner): host name, boot id, pid namespace, ansible-playbook's pid and its
 # start time in clock ticks since boot (a pid used again by another process has another start time).
-OWNER_RE = whole(r"host=[A-Za-z0-9._-]{1,253} boot=[0-9a-f-]{36} pidns=[0-9]{1,20} pid=[0-9]{1,10} "
-                  r"start=[0-9]{1,20}")
+OWNER_RE = whole(
+    r"host=[A-Za-z0-9._-]{1,253} boot=[0-9a-f-]{36} pidns=[0-9]{1,20} pid=[0-9]{1,10} start=[0-9]{1,20}")
 # How long a lock holds when the caller does not say (the role passes its health timeouts): after that
 # the run that took it counts as gone.
 LOCK_TIMEOUT = 3600

@@ -124,8 +124,9 @@ options:
   lock_takeover:
     description:
       - The token of another run's lock whose process the controller found gone (killed part-way, or ended
-        without giving the lock back) - RV(lock.token) of the refused step. That lock is taken over at once,
-        with a note, instead of after its O(lock_timeout); a lock with any other token is still refused.
+        without giving the lock back) - the C(token) of RV(lock) of the refused step. That lock is taken over
+        at once, with a note, instead of after its O(lock_timeout); a lock with any other token is still
+        refused.
     type: str
 attributes:
   check_mode:

@@ -296,7 +296,7 @@ def unit_hardening(systemd_version, profile, gpus=None, read_paths=(), write_pat
         if directive != "SystemCallFilter":
             chosen = [item for item in chosen if item[0] != directive]
         chosen.append((directive, value))
-    if any(d == "DevicePolicy" for d, _ in chosen):
+    if any(item[0] == "DevicePolicy" for item in chosen):
         chosen.extend(("DeviceAllow", "%s %s" % item) for item in devices(profile, gpus))
     if version >= 232 and write_paths:
         chosen.append(("ReadWritePaths", " ".join(_writable_path(p) for p in write_paths)))
