@@ -21,6 +21,7 @@ Plain Python 3.6, standard library only; importable without Ansible.
 from __future__ import absolute_import, division, print_function
 
 import calendar
+import ipaddress
 import socket
 import ssl
 import threading
@@ -41,7 +42,17 @@ __metaclass__ = type
 
 USER_AGENT = "llmops.serving-model_download/1"
 RETRY_STATUSES = (429, 500, 502, 503, 504)
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+
+
+def is_loopback(host):
+    """Whether a request to host stays on this machine (127.0.0.0/8, ::1, the localhost names): such a request
+    never goes through a proxy variable (the one rule for this collection's HTTP clients)."""
+    host = (host or "").lower().strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host in _LOOPBACK_NAMES
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 HTML_NAMES = (".html", ".htm", ".xhtml")
 # A metadata request may take this many times the idle timeout in all (connect, headers, body).
@@ -159,7 +170,7 @@ class Session:
         host = netloc.rsplit("@", 1)[-1]
         hostname = urlsplit("%s://%s" % (scheme, host)).hostname or ""
         proxy = None
-        if hostname not in LOOPBACK and not proxy_bypass(hostname):
+        if not is_loopback(hostname) and not proxy_bypass(hostname):
             proxy = getproxies().get(scheme)
         if scheme == "https":
             ctx = ssl.create_default_context()

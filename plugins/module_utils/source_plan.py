@@ -30,6 +30,8 @@ from urllib import request as urlrequest
 from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
 
+from ansible_collections.llmops.serving.plugins.module_utils.download_http import is_loopback
+
 __metaclass__ = type
 
 
@@ -66,7 +68,6 @@ _DEFAULT_ANSWERS = (200, 206)
 # Docker Hub's registry API lives at registry-1.docker.io, whatever the image reference says.
 _DOCKER_HUB = ("", "docker.io", "index.docker.io", "registry-1.docker.io")
 _NAME_RE = re.compile(r"[^A-Za-z0-9._-]+")
-_LOOPBACK = ("localhost", "localhost.localdomain", "ip6-localhost")
 PROXY_NAMES = ("http_proxy", "https_proxy", "no_proxy", "all_proxy")
 
 
@@ -132,7 +133,7 @@ def probe_url(kind, url, extra=None):
         host = registry_host(url)
         if host in _DOCKER_HUB:
             return "https://registry-1.docker.io/v2/"
-        scheme = "http" if _is_loopback(host.rsplit(":", 1)[0].strip("[]")) else "https"
+        scheme = "http" if is_loopback(host.rsplit(":", 1)[0].strip("[]")) else "https"
         return "%s://%s/v2/" % (scheme, host)
     if kind == "git":
         # a file:// remote is a repository on the node: its directory is what git needs
@@ -340,13 +341,8 @@ def proxy_settings(environ, environment_file=None):
     return out
 
 
-def _is_loopback(host):
-    host = (host or "").lower()
-    return host in _LOOPBACK or host.startswith("127.") or host == "::1"
-
-
 def _bypass(host, no_proxy):
-    if _is_loopback(host):
+    if is_loopback(host):
         return True
     for item in (no_proxy or "").replace(" ", "").split(","):
         item = item.lstrip(".").lower()

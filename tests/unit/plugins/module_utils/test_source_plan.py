@@ -334,3 +334,14 @@ def test_a_git_daemon_remote_is_asked_for_its_refs_in_gits_own_protocol(tmp_path
     assert "the git server says" in errors["unserved"] or "gave no git answer" in errors["unserved"], errors
     assert "TCP connect to 127.0.0.1:" in errors["closed"]
     assert errors["silent"] and took < 4, (errors["silent"], took)
+
+
+def test_loopback_is_one_rule_for_the_probe_and_the_download():
+    """download_http.is_loopback decides for both clients that a request stays on the machine (no proxy)."""
+    from ansible_collections.llmops.serving.plugins.module_utils import download_http
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost", "LOCALHOST"):
+        assert download_http.is_loopback(host), host
+    for host in ("10.0.0.1", "127.example.com", "hf-mirror.com", "", None, "::2"):
+        assert not download_http.is_loopback(host), host
+    assert sp.route("http://127.0.0.2:18301/v2/", {"http": "http://proxy:3128"})[0] is None
+    assert sp.route("http://10.0.0.1/v2/", {"http": "http://proxy:3128"})[0] == "http://proxy:3128"
