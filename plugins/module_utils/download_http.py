@@ -43,6 +43,12 @@ __metaclass__ = type
 USER_AGENT = "llmops.serving-model_download/1"
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 _LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+HTML_NAMES = (".html", ".htm", ".xhtml")
+# A metadata request may take this many times the idle timeout in all (connect, headers, body).
+DEADLINE_FACTOR = 4
+# Bytes read of a body that is not the file (an error page, a redirect's); more is not read.
+ERROR_BODY_MAX = 64 * 1024
 
 
 def is_loopback(host):
@@ -53,12 +59,6 @@ def is_loopback(host):
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host in _LOOPBACK_NAMES
-HTML_TYPES = ("text/html", "application/xhtml+xml")
-HTML_NAMES = (".html", ".htm", ".xhtml")
-# A metadata request may take this many times the idle timeout in all (connect, headers, body).
-DEADLINE_FACTOR = 4
-# Bytes read of a body that is not the file (an error page, a redirect's); more is not read.
-ERROR_BODY_MAX = 64 * 1024
 
 
 def request_deadline(timeout):
