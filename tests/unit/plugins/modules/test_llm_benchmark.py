@@ -150,11 +150,20 @@ def test_failed_requests_fail_the_task_with_figures_kept(tmp_path):
 @pytest.mark.skipif(not os.path.exists(py36.PY36), reason="no Python 3.6 interpreter at %s" % py36.PY36)
 def test_runs_under_python36(tmp_path, py36path):
     """CentOS 7's python3 is 3.6: the module runs there, threads, streaming and all."""
-    with FakeOpenAI(api_key=KEY, decode_tps=200.0, prefill_tps=1e6) as fake:
-        result = py36.run36(tmp_path, py36path, "llm_benchmark", {
-            "url": fake.url, "api_key": KEY,
-            "runs": [{"prompt_tokens": 40, "max_tokens": 21, "concurrency": 2, "requests": 2}]})
-    assert not result.get("failed"), result
-    run = result["runs"][0]
-    assert run["ok"] == 2 and run["decode_tps"] == pytest.approx(200.0, rel=0.15)
-    assert fake.max_in_flight == 2 and KEY not in json.dumps(result)
+    # The rate is timing on a shared machine (CI runs this beside a compile, and a 3.6 interpreter starts per
+    # run): the best of three runs must be within 15% of the fake's pace. A wrong token count or clock is off
+    # in every run (e.g. 100 or 400 tok/s always); a descheduled client is late now and then.
+    rates = []
+    for attempt in range(3):
+        (tmp_path / str(attempt)).mkdir()
+        with FakeOpenAI(api_key=KEY, decode_tps=200.0, prefill_tps=1e6) as fake:
+            result = py36.run36(tmp_path / str(attempt), py36path, "llm_benchmark", {
+                "url": fake.url, "api_key": KEY,
+                "runs": [{"prompt_tokens": 40, "max_tokens": 21, "concurrency": 2, "requests": 2}]})
+        assert not result.get("failed"), result
+        run = result["runs"][0]
+        assert run["ok"] == 2 and fake.max_in_flight == 2 and KEY not in json.dumps(result)
+        rates.append(run["decode_tps"])
+        if run["decode_tps"] == pytest.approx(200.0, rel=0.15):
+            break
+    assert min(rates, key=lambda rate: abs(rate - 200.0)) == pytest.approx(200.0, rel=0.15), rates
