@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "collections"))
 sys.path.insert(0, ROOT)
 
-from ansible_collections.llmops.serving.plugins.module_utils import download as dl  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._download import fetch as dl  # noqa: E402
 
 from tests.fixtures.fake_hub.server import write_random_file  # noqa: E402
 

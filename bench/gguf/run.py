@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "collections"))
 sys.path.insert(0, ROOT)
 
-from ansible_collections.llmops.serving.plugins.module_utils import gguf  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf  # noqa: E402
 
 from tests.fixtures.gguf.builder import (  # noqa: E402
     ARRAY,

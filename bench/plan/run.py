@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(ROOT, "collections"))
 sys.path.insert(0, ROOT)
 
 import yaml  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import gguf  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf  # noqa: E402
 from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags  # noqa: E402
 
 from bench.plan import llama_log  # noqa: E402
@@ -254,7 +254,7 @@ def main():
     args = ap.parse_args()
     t0 = time.time()
     try:
-        from ansible_collections.llmops.serving.plugins.module_utils import memory_plan
+        from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import plan as memory_plan
     except ImportError as exc:
         print("memory planner not importable: %s" % exc)
         return 1

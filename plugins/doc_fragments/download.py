@@ -9,7 +9,7 @@ __metaclass__ = type
 
 class ModuleDocFragment(object):
     """The options of the modules that read a hub, documented once: their argument specs come from
-    plugins/module_utils/download_options.py (OPTIONS, HUB_OPTIONS, header_read_argument_spec) and mean the
+    plugins/module_utils/_download/options.py (OPTIONS, HUB_OPTIONS, header_read_argument_spec) and mean the
     same in each, as they all go through download_options.normalize() and download_http on the node.
 
     DOCUMENTATION (``llmops.serving.download``): the hub a module reads, how its requests are retried and

@@ -9,11 +9,11 @@ llmops_llama_cpp / llmops_vllm), which the serving plan checks against the node'
     cuda_version: "{{ _nvcc.stdout | llmops.serving.cuda_from_nvcc }}"                         # a build
 
 Both give None when the source does not say (a CPU image, a CPU build): the fact is never invented. The
-parsing lives in plugins/module_utils/cuda_compat.py with CUDA's rules.
+parsing lives in plugins/module_utils/_gpu/cuda_compat.py with CUDA's rules.
 """
 from __future__ import absolute_import, division, print_function
 
-from ansible_collections.llmops.serving.plugins.module_utils.cuda_compat import (
+from ansible_collections.llmops.serving.plugins.module_utils._gpu.cuda_compat import (
     cuda_from_image_env,
     cuda_from_nvcc,
 )

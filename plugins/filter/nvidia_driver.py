@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Decisions of role nvidia_driver that its vars need before any module runs, from
-plugins/module_utils/nvidia_driver.py (where the driver plan is):
+plugins/module_utils/_gpu/driver.py (where the driver plan is):
 
     {{ nvidia_driver_install_method | llmops.serving.nvidia_driver_headers_needed(ansible_os_family,
                                                                                  nvidia_driver_el7_flavor) }}
@@ -14,7 +14,7 @@ plugins/module_utils/nvidia_driver.py (where the driver plan is):
 from __future__ import absolute_import, division, print_function
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (
+from ansible_collections.llmops.serving.plugins.module_utils._gpu.driver import (
     detect_plan_without_node,
     headers_needed,
     preflight_summary,

@@ -7,12 +7,12 @@
     el7_repo_probe_urls: the baseurls of the enabled sections of the files the node printed
     el7_repo_plan: per managed repository file, whether to rewrite it and why
 
-The rules are in plugins/module_utils/repo_config.py.
+The rules are in plugins/module_utils/_software/repo_config.py.
 """
 from __future__ import absolute_import, division, print_function
 
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.llmops.serving.plugins.module_utils import repo_config
+from ansible_collections.llmops.serving.plugins.module_utils._software import repo_config
 
 __metaclass__ = type
 

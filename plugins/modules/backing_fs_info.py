@@ -23,7 +23,7 @@ description:
     Docker's overlay2 storage driver refuses to run, with the fix - a data-root on a file system with d_type
     (O(variable) names the setting), or the XFS made again with C(mkfs.xfs -n ftype=1).
   - Warns when C(xfs_info) cannot tell. Other file systems (ext4, btrfs, ...) report d_type.
-  - The rule is in C(plugins/module_utils/backing_fs.py). Read-only.
+  - The rule is in C(plugins/module_utils/_files/backing_fs.py). Read-only.
 options:
   path:
     description:
@@ -100,7 +100,7 @@ message:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.backing_fs import (  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._files.backing_fs import (  # noqa: E402
     d_type_check,
     read_mountinfo,
 )

@@ -21,7 +21,7 @@ description:
     C(playbooks/bundle.yml) calls it once every entry's files are in place.
   - An entry directory with no file, a link or a device in it, or a name outside C(images/), C(git/),
     C(models/), C(packages/), C(binaries/) fails. Only changes the manifest when its content changes.
-  - The logic is in C(plugins/module_utils/bundle.py).
+  - The logic is in C(plugins/module_utils/_software/bundle.py).
 options:
   path:
     description: The bundle directory.
@@ -68,7 +68,7 @@ manifest:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import bundle  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._software import bundle  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(

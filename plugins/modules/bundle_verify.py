@@ -23,7 +23,7 @@ description:
   - Returns what the roles take from the bundle (O(models) with their sources replaced by the bundle's
     files, the tarball of llama.cpp at the pin, the images and package repositories), refusing a model the
     bundle lacks and a pin that differs from the bundle's.
-  - The logic is in C(plugins/module_utils/bundle.py). Read-only.
+  - The logic is in C(plugins/module_utils/_software/bundle.py). Read-only.
 options:
   path:
     description: The bundle directory on the node (the one that holds C(manifest.json)).
@@ -81,7 +81,7 @@ sources:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import bundle  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._software import bundle  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(

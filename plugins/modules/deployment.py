@@ -39,7 +39,7 @@ description:
   - Every step writes each new file to a temporary name beside it and renames them all into place only when
     all are written - a step that fails leaves the files as they were.
   - The content of an environment file is never returned or shown in a diff; the diff shows the unit.
-  - The logic is in C(plugins/module_utils/deployment.py).
+  - The logic is in C(plugins/module_utils/_serving/deployment.py).
 options:
   state:
     description:
@@ -273,7 +273,7 @@ records:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import deployment  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._serving import deployment  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(

@@ -22,7 +22,7 @@ description:
     path, and the variable that moves it - with the candidate filesystem of O(candidates) that has the most
     room ("/ has 12.3 GiB free, the run writes ~31.0 GiB there - ...; set llama_cpp_build_root to a path on
     /home (2.4 TiB free)").
-  - The arithmetic is in C(plugins/module_utils/disk_plan.py). Read-only (formerly C(disk_space), a name
+  - The arithmetic is in C(plugins/module_utils/_files/disk_plan.py). Read-only (formerly C(disk_space), a name
     that redirects here until 1.0.0).
 options:
   writes:
@@ -93,7 +93,7 @@ report:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import disk_plan  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._files import disk_plan  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(

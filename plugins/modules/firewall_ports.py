@@ -35,7 +35,7 @@ description:
     that is no longer wanted (a removed instance, a dropped source, another zone) is removed; rules it did not
     add are never touched. A record that cannot be used (not JSON, not an object) is kept as
     C(<owner>.json.bad), written anew, and a warning says that the rules it listed are no longer tracked.
-  - The logic is in C(plugins/module_utils/firewall.py).
+  - The logic is in C(plugins/module_utils/_serving/firewall.py).
 options:
   owner:
     description:
@@ -176,7 +176,7 @@ commands:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.firewall import (  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._serving.firewall import (  # noqa: E402
     FirewallCmd,
     FirewallError,
     check_zone,

@@ -23,7 +23,7 @@ description:
   - Setting the state the server already has is C(changed=false); the waits still apply.
   - A DOWN server with sessions left fails at once (they cannot finish by draining); a DOWN server with no
     sessions is drained at once.
-  - The logic is in C(plugins/module_utils/haproxy_runtime.py).
+  - The logic is in C(plugins/module_utils/_serving/haproxy_runtime.py).
 options:
   socket:
     description:
@@ -126,7 +126,7 @@ waited:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.haproxy_runtime import (  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._serving.haproxy_runtime import (  # noqa: E402
     RuntimeApi,
     RuntimeApiError,
     apply_state,

@@ -134,7 +134,7 @@ notes:
   - Runs on the managed node with Python 3.6 or newer; needs no Python package beyond the standard library.
   - The CUDA rules come from NVIDIA's CUDA Compatibility guide (minor-version compatibility, Table 1) and the
     CUDA Toolkit release notes (the driver of each GA release, which gives the CUDA version reported for a
-    driver); they live in plugins/module_utils/cuda_compat.py.
+    driver); they live in plugins/module_utils/_gpu/cuda_compat.py.
 """
 
 EXAMPLES = r"""
@@ -336,7 +336,8 @@ error_kind:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import gpu  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import checks  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(
@@ -375,7 +376,7 @@ def _run(module):
 
     for warning in found["warnings"]:
         module.warn(warning)
-    for message in gpu.faulty_warnings(faulty, p["devices"]):
+    for message in checks.faulty_warnings(faulty, p["devices"]):
         module.warn(message)
     for card in facts["gpus"]:
         if card["mig_mode"] == "Enabled":
@@ -385,7 +386,7 @@ def _run(module):
 
     result = dict(changed=False, llmops_gpus=facts, error_kind=kind, selected=[], failures=[],
                   faulty_gpus=faulty)
-    wanted_faulty = [f["error"] for f in faulty if gpu.is_wanted(f, p["devices"])]
+    wanted_faulty = [f["error"] for f in faulty if checks.is_wanted(f, p["devices"])]
     missing = _no_usable_gpu(p["devices"], facts, found, faulty)
     if p["required"] and missing:
         module.fail_json(msg=missing, **result)
@@ -398,7 +399,7 @@ def _run(module):
     if p["defer_checks"]:
         result.update(checks_deferred=bool(deferred),
                       later_checks_pass=_later_checks_pass(p, facts, found, faulty, p["later_checks"] or {}))
-    selected, failures = ([], []) if deferred else gpu.evaluate(
+    selected, failures = ([], []) if deferred else checks.evaluate(
         facts,
         require_arch=p["require_arch"],
         min_driver_version=p["min_driver_version"],
@@ -420,7 +421,7 @@ def _run(module):
 def _no_usable_gpu(devices, facts, found, faulty):
     """What O(required) fails with: no usable GPU (the node's error, a wanted GPU in a bad state, none
     present); None when there is one."""
-    wanted_faulty = [f["error"] for f in faulty if gpu.is_wanted(f, devices)]
+    wanted_faulty = [f["error"] for f in faulty if checks.is_wanted(f, devices)]
     if found["node_error"] or wanted_faulty or not facts["present"]:
         return (" ".join([e for e in [found["node_error"]] + wanted_faulty if e])
                 or facts["error"] or "no usable NVIDIA GPU")
@@ -429,10 +430,10 @@ def _no_usable_gpu(devices, facts, found, faulty):
 
 def _later_checks_pass(p, facts, found, faulty, later):
     """Whether a later call with `later`'s options (and this call's architecture, memory and devices) would
-    pass on these GPUs: the same rules as this module's required and gpu.evaluate."""
+    pass on these GPUs: the same rules as this module's required and checks.evaluate."""
     if later.get("required") and _no_usable_gpu(p["devices"], facts, found, faulty):
         return False
-    _selected, failures = gpu.evaluate(
+    _selected, failures = checks.evaluate(
         facts,
         require_arch=p["require_arch"],
         min_driver_version=later.get("min_driver_version"),

@@ -109,7 +109,7 @@ report:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import gpu_pci  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import pci as gpu_pci  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(

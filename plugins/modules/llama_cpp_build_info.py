@@ -216,7 +216,7 @@ source_warning:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.llama_cpp_build import (  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._software.llama_cpp_build import (  # noqa: E402
     BuildError,
     build_id,
     build_identity,

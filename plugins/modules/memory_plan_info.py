@@ -31,7 +31,7 @@ description:
   - A plan that does not fit names the GPU, the shortfall and what would fit (the largest context, a q8_0 KV
     cache, fewer slots, another GPU); with O(fail_on_refusal) the task fails with every refusal.
   - Returns the same result in check mode; never changes the node (C(changed) is always false). The logic is
-    in C(plugins/module_utils/memory_plan.py) and its engines C(memory_plan_llama_cpp.py) and
+    in C(plugins/module_utils/_memory_plan/plan.py) and its engines C(memory_plan_llama_cpp.py) and
     C(memory_plan_vllm.py).
 options:
   instances:
@@ -187,7 +187,8 @@ refusals:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import gguf, memory_plan  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
+from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import plan as memory_plan  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(

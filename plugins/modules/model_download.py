@@ -255,12 +255,12 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.download import run  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.download_messages import (  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._download.fetch import run  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._download.messages import (  # noqa: E402
     hide_url_query,
     run_in_module,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.download_options import (  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._download.options import (  # noqa: E402
     OPTION_RULES,
     OPTIONS,
     argument_spec,

@@ -21,14 +21,14 @@ description:
     (C(modinfo -F version nvidia)), and compares them and what nvidia-smi reports (the C(llmops_gpus) fact of
     M(llmops.serving.gpu_facts)) with the wanted driver version.
   - Returns the driver plan of role C(llmops.serving.nvidia_driver) for one stage of that role, RV(action)
-    with RV(reasons). The whole story is told in C(plugins/module_utils/nvidia_driver.py).
+    with RV(reasons). The whole story is told in C(plugins/module_utils/_gpu/driver.py).
   - When the plan is a reboot, also whether the play may carry it out by O(reboot_policy) (RV(reboot),
     RV(reboot_blockers)); for V(auto) it reads the processes that hold NVIDIA device nodes open
     (C(<proc_root>/<pid>/fd)) and takes the running units from O(running_units).
   - In the V(detect) stage, when the plan is an install, also whether a driver installed with NVIDIA's C(.run)
     installer is on the node (C(/usr/bin/nvidia-uninstall), driver files that no package owns by C(rpm -qf) or
     C(dpkg -S), C(/var/log/nvidia-installer.log)) and what the role does about it by O(runfile_policy)
-    (RV(runfile_action), RV(runfile_message)); the story is in C(plugins/module_utils/nvidia_runfile.py).
+    (RV(runfile_action), RV(runfile_message)); the story is in C(plugins/module_utils/_gpu/runfile.py).
   - Read-only; never changes the host.
 options:
   wanted_version:
@@ -234,7 +234,7 @@ import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._gpu.driver import (  # noqa: E402
     STAGES,
     driver_plan,
     normal_reboot_policy,
@@ -243,7 +243,7 @@ from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver impor
     read_nouveau_loaded,
     reboot_decision,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_runfile import (  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._gpu.runfile import (  # noqa: E402
     RUNFILE_POLICIES,
     package_owner,
     read_runfile_install,

@@ -24,7 +24,7 @@ description:
   - Outside hosts are reached through the node's proxy variables (the module's environment, else
     C(/etc/environment)), as yum, docker and git on the node would; loopback never goes through a proxy.
   - Fails naming every unreachable source, its error, the role that needs it and the C(llmops_mirrors) key or
-    offline bundle entry that replaces it. Read-only. The logic is in C(plugins/module_utils/source_plan.py).
+    offline bundle entry that replaces it. Read-only. The logic is in C(plugins/module_utils/_software/source_plan.py).
 options:
   sources:
     description:
@@ -95,7 +95,7 @@ unreachable:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import source_plan  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._software import source_plan  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(

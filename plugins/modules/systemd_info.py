@@ -25,7 +25,7 @@ description:
     policy C(auto), the memory planner) - service_facts also lists every unit file and runs
     C(service --status-all), which calls every SysV script's status and took over a minute on a loaded node.
   - Decisions from these are made on the controller (C(plugins/plugin_utils/systemd.py)); the reading is in
-    C(plugins/module_utils/systemd_units.py). Read-only.
+    C(plugins/module_utils/_serving/systemd_units.py). Read-only.
 options:
   systemctl:
     description:
@@ -98,7 +98,7 @@ memtotal_mib:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import systemd_units  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._serving import systemd_units  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(

@@ -22,7 +22,7 @@ description:
   - The tags come from the file name of O(wheel), else from O(tags); C(Requires-Python) from the METADATA
     of O(wheel) when that file is on the node, else from O(requires_python).
   - Used by role C(llmops.serving.vllm) before it installs vLLM into a virtualenv. The logic is in
-    C(plugins/module_utils/wheel_tags.py).
+    C(plugins/module_utils/_software/wheel_tags.py).
   - Read-only; never changes the host.
 options:
   python:
@@ -127,7 +127,7 @@ python:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils import wheel_tags  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._software import wheel_tags  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(

@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 from collections import OrderedDict
 
-from ansible_collections.llmops.serving.plugins.module_utils.env_file import (  # noqa: F401  pylint: disable=unused-import
+from ansible_collections.llmops.serving.plugins.module_utils._serving.env_file import (  # noqa: F401  pylint: disable=unused-import
     env_lines,
     systemd_env_quote,
 )

@@ -7,12 +7,12 @@
 An instance names PHYSICAL GPUs (indices or UUIDs). The engine process only sees its own GPUs, renumbered
 from 0 (CUDA_VISIBLE_DEVICES in host mode, docker --gpus in container mode), so an engine's flag table turns
 a GPU named in a setting into its position in the instance's list (llama_server_flags.relative_main_gpu).
-A name matches a GPU by module_utils/gpu_names.py, the rule gpu_facts' `devices` follows too. Tested by
+A name matches a GPU by module_utils/_gpu/names.py, the rule gpu_facts' `devices` follows too. Tested by
 tests/unit/plugins/plugin_utils/test_instance_plan.py.
 """
 from __future__ import absolute_import, division, print_function
 
-from ansible_collections.llmops.serving.plugins.module_utils.gpu_names import gpu_key, matches_gpu
+from ansible_collections.llmops.serving.plugins.module_utils._gpu.names import gpu_key, matches_gpu
 from ansible_collections.llmops.serving.plugins.module_utils.validators import whole
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, is_number
 

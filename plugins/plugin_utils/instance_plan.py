@@ -32,7 +32,7 @@ from __future__ import absolute_import, division, print_function
 import re
 import shlex
 
-from ansible_collections.llmops.serving.plugins.module_utils import cuda_compat
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import cuda_compat
 from ansible_collections.llmops.serving.plugins.module_utils.secrets import secret_problem
 from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 from ansible_collections.llmops.serving.plugins.plugin_utils import llama_server_flags, vllm_flags
@@ -347,7 +347,7 @@ def runtime_cuda(build, mode, override):
 
 
 def cuda_decision(name, engine, flags, build, mode, override, gpu_facts, gpu_list, forward_compat):
-    """CUDA's compatibility rules (module_utils/cuda_compat.py) for one instance: the plan's `cuda` record
+    """CUDA's compatibility rules (module_utils/_gpu/cuda_compat.py) for one instance: the plan's `cuda` record
     {decision, runtime_cuda, source, driver, minimum_driver, message}, its warnings, and the refusal (a
     message naming the instance, the runtime's version, where its CUDA was read and the ways out) or None."""
     if forward_compat is not None and not isinstance(forward_compat, bool):

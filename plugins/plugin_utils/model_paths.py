@@ -17,8 +17,8 @@ from __future__ import absolute_import, division, print_function
 import posixpath
 
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
-from ansible_collections.llmops.serving.plugins.module_utils.file_identity import same_identity
-from ansible_collections.llmops.serving.plugins.module_utils.gguf import SUMMARY_VERSION
+from ansible_collections.llmops.serving.plugins.module_utils._files.identity import same_identity
+from ansible_collections.llmops.serving.plugins.module_utils._model_format.gguf import SUMMARY_VERSION
 from ansible_collections.llmops.serving.plugins.plugin_utils.node_state import path_state
 
 __metaclass__ = type

@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 import hashlib
 
-from ansible_collections.llmops.serving.plugins.module_utils.disk_plan import split_present
+from ansible_collections.llmops.serving.plugins.module_utils._files.disk_plan import split_present
 
 __metaclass__ = type
 

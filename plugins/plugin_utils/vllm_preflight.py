@@ -15,7 +15,7 @@ vllm_flags.preflight.
 """
 from __future__ import absolute_import, division, print_function
 
-from ansible_collections.llmops.serving.plugins.module_utils.memory_plan_vllm import (
+from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.vllm import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
 )
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import VllmArgsError, is_number

@@ -250,7 +250,7 @@ printf 'nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 1
 def test_cuda_build_records_the_cuda_release_of_its_nvcc(tmp_path):
     """build.sh writes the nvcc --version of the compiler CMake chose; the manifest's cuda_version (what the
     serving plan checks against the driver) is read from it with llmops.serving.cuda_from_nvcc."""
-    from ansible_collections.llmops.serving.plugins.module_utils.cuda_compat import cuda_from_nvcc
+    from ansible_collections.llmops.serving.plugins.module_utils._gpu.cuda_compat import cuda_from_nvcc
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     nvcc = bin_dir / "nvcc"

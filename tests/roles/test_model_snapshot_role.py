@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import yaml
-from ansible_collections.llmops.serving.plugins.module_utils import memory_plan as mp
+from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import plan as mp
 from ansible_collections.llmops.serving.plugins.plugin_utils.memory_plan_inputs import memory_plan_inputs
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from plugins.module_utils.gguf import SUMMARY_VERSION
+from plugins.module_utils._model_format.gguf import SUMMARY_VERSION
 from tests.helpers import ROOT, load_yaml, role_templar, run_local_playbook
 
 STAGES = ("gpu_host", "build", "models", "serve")

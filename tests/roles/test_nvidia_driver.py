@@ -12,7 +12,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 from ansible_collections.llmops.serving.plugins.filter.os_vars import os_vars_file
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import driver_plan, reboot_decision
+from ansible_collections.llmops.serving.plugins.module_utils._gpu.driver import driver_plan, reboot_decision
 
 from tests.helpers import ROOT  # noqa: E402
 

@@ -9,7 +9,7 @@ import os
 import sys
 
 import yaml
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_runfile import RUNFILE_POLICIES
+from ansible_collections.llmops.serving.plugins.module_utils._gpu.runfile import RUNFILE_POLICIES
 
 from tests.helpers import ROOT, load_yaml, run_local_playbook
 from tests.roles.test_nvidia_driver import el7, flat_tasks

@@ -7,7 +7,7 @@ rebooting, and inventories/l20 states its choice."""
 
 import os
 
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import driver_plan, reboot_decision
+from ansible_collections.llmops.serving.plugins.module_utils._gpu.driver import driver_plan, reboot_decision
 
 from tests.helpers import ROOT, load_yaml
 from tests.roles.test_nvidia_driver import el7, flat_tasks
@@ -99,6 +99,6 @@ def test_preflight_says_what_auto_will_do():
     # with the policy the inventory sets, auto by default
     assert "llmops.serving.nvidia_driver_preflight_summary(" in text
     assert "nvidia_driver_allow_reboot | default('auto')" in text
-    from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import preflight_summary
+    from ansible_collections.llmops.serving.plugins.module_utils._gpu.driver import preflight_summary
     said = preflight_summary("550.54.14", {"present": False}, "auto")
     assert "reboots the node only when no process uses the GPUs and no serving unit runs" in said

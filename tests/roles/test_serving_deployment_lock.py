@@ -11,7 +11,7 @@ import os
 import sys
 
 import yaml
-from ansible_collections.llmops.serving.plugins.module_utils import deployment
+from ansible_collections.llmops.serving.plugins.module_utils._serving import deployment
 
 from tests.helpers import run_local_playbook
 

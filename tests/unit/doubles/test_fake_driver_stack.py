@@ -9,7 +9,7 @@ import shutil
 import subprocess
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gpu
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu
 
 from tests.fixtures.fake_nvidia_smi import fake_env
 from tests.helpers import FIXTURES

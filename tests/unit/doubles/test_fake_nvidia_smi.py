@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gpu
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu
 
 from tests.fixtures.fake_nvidia_smi import EXIT_CODES, PROFILES, SCRIPT, fake_env
 from tests.helpers import FIXTURES

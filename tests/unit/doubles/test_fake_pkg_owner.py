@@ -7,7 +7,7 @@ is what module_utils/nvidia_runfile.package_owner reads."""
 import os
 import subprocess
 
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_runfile import package_owner
+from ansible_collections.llmops.serving.plugins.module_utils._gpu.runfile import package_owner
 
 from tests.fixtures.fake_pkg_owner import HERE, owner_db
 

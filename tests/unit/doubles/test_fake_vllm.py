@@ -442,7 +442,7 @@ def test_ray_backend_without_ray_installed_fails_the_start(tmp_path):
 def test_the_fake_image_carries_its_cuda_like_the_official_one():
     """The fake image sets CUDA_VERSION / NVIDIA_REQUIRE_CUDA as nvidia/cuda bases do (build arg CUDA_VERSION,
     default the official v0.33.0's 13.0): what role vllm reads with docker image inspect."""
-    from ansible_collections.llmops.serving.plugins.module_utils.cuda_compat import cuda_from_image_env
+    from ansible_collections.llmops.serving.plugins.module_utils._gpu.cuda_compat import cuda_from_image_env
     with open(os.path.join(os.path.dirname(SCRIPT), "Dockerfile")) as handle:
         lines = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
     args = dict(line[len("ARG "):].split("=", 1) for line in lines if line.startswith("ARG ") and "=" in line)

@@ -7,7 +7,7 @@ import os
 import re
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gguf
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
 
 from tests.fixtures.gguf import make_qwen36_header
 

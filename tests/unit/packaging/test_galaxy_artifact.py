@@ -80,7 +80,7 @@ def test_installed_artifact_passes_site_syntax_check(installed_collections):
 
 
 def test_installed_artifact_runs_a_module_with_its_module_utils(installed_collections):
-    # gpu_facts imports plugins/module_utils/gpu.py: AnsiballZ must find it in the installed copy.
+    # gpu_facts imports plugins/module_utils/_gpu/smi.py: AnsiballZ must find it in the installed copy.
     fake = os.path.join(FIXTURES, "fake_nvidia_smi", "nvidia-smi")
     result = run([venv_tool("ansible"), "localhost", "-c", "local", "-o", "-m", "llmops.serving.gpu_facts",
                   "-a", "nvidia_smi_path=%s" % fake,

@@ -1,13 +1,13 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Docker's data-root needs d_type (overlay2): plugins/module_utils/backing_fs.py with CentOS 7's mount table
+"""Docker's data-root needs d_type (overlay2): plugins/module_utils/_files/backing_fs.py with CentOS 7's mount table
 and real xfs_info outputs (tests/fixtures/el7), issue 35 point 6."""
 
 import os
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils.backing_fs import (
+from ansible_collections.llmops.serving.plugins.module_utils._files.backing_fs import (
     d_type_check,
     mount_of,
     parse_mountinfo,

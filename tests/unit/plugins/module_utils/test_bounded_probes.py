@@ -12,7 +12,9 @@ import time
 import zipfile
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import bounded_run, gpu, wheel_tags
+from ansible_collections.llmops.serving.plugins.module_utils import bounded_run
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu
+from ansible_collections.llmops.serving.plugins.module_utils._software import wheel_tags
 
 from tests.helpers import run_module_file
 

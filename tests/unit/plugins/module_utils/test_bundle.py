@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import bundle
+from ansible_collections.llmops.serving.plugins.module_utils._software import bundle
 
 PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 

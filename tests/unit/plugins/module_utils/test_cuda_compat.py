@@ -1,14 +1,14 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""CUDA's compatibility rules (plugins/module_utils/cuda_compat.py): the decision table of issue 22.
+"""CUDA's compatibility rules (plugins/module_utils/_gpu/cuda_compat.py): the decision table of issue 22.
 
 runtime CUDA {13.0, 12.9, 12.4} x driver {550.54.14 (R550, CUDA 12.4), 570.172.08 (R570, CUDA 12.8),
 580.65.06 (R580, CUDA 13.0)} x GPU {NVIDIA L20 (data center), NVIDIA GeForce RTX 4090}: each cell's decision
 and the words its message must carry.
 """
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import cuda_compat as cc
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import cuda_compat as cc
 
 L20 = "NVIDIA L20"
 RTX4090 = "NVIDIA GeForce RTX 4090"

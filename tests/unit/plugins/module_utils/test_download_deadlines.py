@@ -14,11 +14,9 @@ import time
 import tracemalloc
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import (
-    download_http,
-    download_source,
-    gguf_remote,
-)
+from ansible_collections.llmops.serving.plugins.module_utils._download import http as download_http
+from ansible_collections.llmops.serving.plugins.module_utils._download import source as download_source
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf_remote
 
 from tests.fixtures.fake_hub.helpers import MIB, dl, fails_fast, params
 from tests.fixtures.gguf.builder import tiny_qwen35

@@ -8,7 +8,8 @@ import json
 import os
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import download_options, download_source
+from ansible_collections.llmops.serving.plugins.module_utils._download import options as download_options
+from ansible_collections.llmops.serving.plugins.module_utils._download import source as download_source
 
 from tests.fixtures.fake_hub.helpers import (
     MIB,

@@ -7,7 +7,8 @@ reports what a real run then does."""
 import json
 import os
 
-from ansible_collections.llmops.serving.plugins.module_utils import download_options, download_parts
+from ansible_collections.llmops.serving.plugins.module_utils._download import options as download_options
+from ansible_collections.llmops.serving.plugins.module_utils._download import parts as download_parts
 from ansible_collections.llmops.serving.plugins.modules import model_download
 
 from tests.fixtures.fake_hub.helpers import dl, params

@@ -10,8 +10,8 @@ import os
 import stat
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import download_options
-from ansible_collections.llmops.serving.plugins.module_utils.model_sidecar import recorded_sha256
+from ansible_collections.llmops.serving.plugins.module_utils._download import options as download_options
+from ansible_collections.llmops.serving.plugins.module_utils._download.sidecar import recorded_sha256
 
 from tests.fixtures.fake_hub.helpers import (
     MODEL_SIZE,

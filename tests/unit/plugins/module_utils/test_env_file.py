@@ -8,8 +8,8 @@ import ast
 import os
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import env_file
-from ansible_collections.llmops.serving.plugins.module_utils import llm_benchmark as lb
+from ansible_collections.llmops.serving.plugins.module_utils._serving import env_file
+from ansible_collections.llmops.serving.plugins.module_utils._benchmark import client as lb
 from ansible_collections.llmops.serving.plugins.plugin_utils.env_files import check_env, env_file_lines
 
 from tests.helpers import ROOT
@@ -68,6 +68,6 @@ def _functions(path):
 
 
 def test_serving_wait_carries_the_same_reader():
-    ours = _functions(os.path.join(ROOT, "plugins", "module_utils", "env_file.py"))
+    ours = _functions(os.path.join(ROOT, "plugins", "module_utils", "_serving", "env_file.py"))
     theirs = _functions(os.path.join(ROOT, "roles", "serving", "files", "serving-wait.py"))
     assert set(ours) == {"parse_env_text", "_parse_systemd_env"} and ours == theirs

@@ -1,14 +1,16 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The stat identity (module_utils/file_identity.py): the one rule by which the model sidecar, the snapshot
+"""The stat identity (module_utils/_files/identity.py): the one rule by which the model sidecar, the snapshot
 manifest and preflight's header reuse trust that a file has not changed. Every way to change a file, even
 one that keeps its size and restores its mtime, makes it another file."""
 import os
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import file_identity, gguf, model_sidecar
+from ansible_collections.llmops.serving.plugins.module_utils._files import identity as file_identity
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
+from ansible_collections.llmops.serving.plugins.module_utils._download import sidecar as model_sidecar
 
 from tests.fixtures.gguf.builder import tiny_qwen35
 

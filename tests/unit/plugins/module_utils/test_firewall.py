@@ -1,13 +1,13 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What llmops.serving.firewall_ports wants, reads and changes (plugins/module_utils/firewall.py)."""
+"""What llmops.serving.firewall_ports wants, reads and changes (plugins/module_utils/_serving/firewall.py)."""
 
 import json
 import os
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import firewall as fw
+from ansible_collections.llmops.serving.plugins.module_utils._serving import firewall as fw
 
 # What firewalld 0.6 (CentOS 7.9) prints for --list-rich-rules, with a rule of another shape an admin added.
 LISTED = """rule family="ipv4" source address="10.20.0.0/16" port port="8003" protocol="tcp" accept

@@ -13,7 +13,7 @@ import time
 import tracemalloc
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gguf
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 

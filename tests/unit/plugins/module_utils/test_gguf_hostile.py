@@ -9,7 +9,7 @@ import time
 import tracemalloc
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gguf
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
 
 from tests.fixtures.gguf.builder import (
     ARRAY,

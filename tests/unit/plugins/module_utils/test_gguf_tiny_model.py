@@ -14,7 +14,7 @@ import sys
 import urllib.request
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gguf
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
 
 from tests.fixtures import llama_cpp_source
 

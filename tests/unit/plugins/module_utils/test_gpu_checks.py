@@ -4,7 +4,9 @@
 """gpu_facts checks (evaluate), version helpers and the compute-capability / CUDA tables."""
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import cuda_compat, gpu
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import cuda_compat
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import checks
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu
 
 from tests.helpers import GPU_FACT_KEYS
 
@@ -38,13 +40,13 @@ def l20x4(driver="550.54.14", cuda="12.4"):
 
 
 def test_version_compare_is_numeric():
-    assert gpu.compare_versions("550.54.14", "550.54.14") == 0
-    assert gpu.compare_versions("550.127.05", "550.54.14") == 1
-    assert gpu.compare_versions("570.26", "570.124.06") == -1
-    assert gpu.compare_versions("12.10", "12.9") == 1
-    assert gpu.compare_versions("12.4", "12.4.0") == 0
+    assert cuda_compat.compare_versions("550.54.14", "550.54.14") == 0
+    assert cuda_compat.compare_versions("550.127.05", "550.54.14") == 1
+    assert cuda_compat.compare_versions("570.26", "570.124.06") == -1
+    assert cuda_compat.compare_versions("12.10", "12.9") == 1
+    assert cuda_compat.compare_versions("12.4", "12.4.0") == 0
     with pytest.raises(ValueError):
-        gpu.version_tuple("550.54.14-1")
+        cuda_compat.version_tuple("550.54.14-1")
 
 
 def test_cuda_table_is_the_documented_minimum_linux_driver_of_each_release():
@@ -63,7 +65,7 @@ def test_cuda_table_is_the_documented_minimum_linux_driver_of_each_release():
     }
     # Ordered, and each release needs a newer driver than the one before.
     drivers = [d for _c, d in cuda_compat.CUDA_MIN_DRIVER]
-    assert all(gpu.compare_versions(a, b) < 0 for a, b in zip(drivers, drivers[1:]))  # noqa: B905
+    assert all(cuda_compat.compare_versions(a, b) < 0 for a, b in zip(drivers, drivers[1:]))  # noqa: B905
 
 
 @pytest.mark.parametrize(
@@ -79,7 +81,7 @@ def test_cuda_table_is_the_documented_minimum_linux_driver_of_each_release():
     ],
 )
 def test_max_cuda_for_driver(driver, cuda):
-    assert gpu.max_cuda_for_driver(driver) == cuda
+    assert cuda_compat.max_cuda_for_driver(driver) == cuda
 
 
 @pytest.mark.parametrize(
@@ -138,13 +140,13 @@ def test_compute_cap_by_pci_device_id_wins_over_the_name(device_id, cap):
 
 
 def test_arch_specs():
-    assert gpu.parse_arch_requirement("8.9") == ("==", (8, 9))
-    assert gpu.parse_arch_requirement(">=8.0") == (">=", (8, 0))
-    assert gpu.parse_arch_requirement(">= 9.0") == (">=", (9, 0))
-    assert gpu.parse_arch_requirement("sm_89") == ("==", (8, 9))
-    assert gpu.parse_arch_requirement("120") == ("==", (12, 0))
+    assert checks.parse_arch_requirement("8.9") == ("==", (8, 9))
+    assert checks.parse_arch_requirement(">=8.0") == (">=", (8, 0))
+    assert checks.parse_arch_requirement(">= 9.0") == (">=", (9, 0))
+    assert checks.parse_arch_requirement("sm_89") == ("==", (8, 9))
+    assert checks.parse_arch_requirement("120") == ("==", (12, 0))
     with pytest.raises(ValueError, match="'8.9' \\(exact\\)"):
-        gpu.parse_arch_requirement("ada")
+        checks.parse_arch_requirement("ada")
 
 
 def test_facts_have_exactly_the_contract_keys():
@@ -168,14 +170,14 @@ def test_archs_sort_numerically_and_homogeneous_needs_identical_gpus():
 
 
 def test_no_checks_pass_and_select_every_gpu():
-    selected, failures = gpu.evaluate(l20x4())
+    selected, failures = checks.evaluate(l20x4())
     assert failures == []
     assert [g["index"] for g in selected] == [0, 1, 2, 3]
 
 
 def test_require_arch_exact_pass_and_fail():
-    assert gpu.evaluate(l20x4(), require_arch=["8.9"])[1] == []
-    _sel, failures = gpu.evaluate(l20x4(), require_arch=["9.0"])
+    assert checks.evaluate(l20x4(), require_arch=["8.9"])[1] == []
+    _sel, failures = checks.evaluate(l20x4(), require_arch=["9.0"])
     assert len(failures) == 4
     msg = failures[0]
     assert "GPU 0 (NVIDIA L20, GPU-00000000-aaaa-bbbb-cccc-dddddddddddd)" in msg
@@ -184,69 +186,69 @@ def test_require_arch_exact_pass_and_fail():
 
 
 def test_require_arch_minimum_and_any_of():
-    assert gpu.evaluate(l20x4(), require_arch=[">=8.0"])[1] == []
+    assert checks.evaluate(l20x4(), require_arch=[">=8.0"])[1] == []
     facts = gpu.build_facts([make_gpu(0, "Tesla T4", "7.5")])
-    failures = gpu.evaluate(facts, require_arch=[">=8.0"])[1]
+    failures = checks.evaluate(facts, require_arch=[">=8.0"])[1]
     assert failures and "7.5 (sm_75) found, >=8.0 wanted" in failures[0]
-    assert gpu.evaluate(facts, require_arch=["7.5", "8.9"])[1] == []
-    assert gpu.evaluate(l20x4(), require_arch=["sm_89"])[1] == []
+    assert checks.evaluate(facts, require_arch=["7.5", "8.9"])[1] == []
+    assert checks.evaluate(l20x4(), require_arch=["sm_89"])[1] == []
 
 
 def test_require_arch_with_unknown_compute_cap_says_to_upgrade_the_driver():
     facts = gpu.build_facts([make_gpu(0, "Mystery GPU", None, driver="470.182.03")])
-    failures = gpu.evaluate(facts, require_arch=["8.9"])[1]
+    failures = checks.evaluate(facts, require_arch=["8.9"])[1]
     assert len(failures) == 1
     assert "compute capability unknown" in failures[0] and ">= 510" in failures[0]
 
 
 def test_invalid_requirement_is_a_clear_error():
-    assert "not a compute capability" in gpu.evaluate(l20x4(), require_arch=["ada"])[1][0]
-    assert "invalid version" in gpu.evaluate(l20x4(), require_cuda="twelve")[1][0]
-    assert "invalid version" in gpu.evaluate(l20x4(), min_driver_version="550.x")[1][0]
+    assert "not a compute capability" in checks.evaluate(l20x4(), require_arch=["ada"])[1][0]
+    assert "invalid version" in checks.evaluate(l20x4(), require_cuda="twelve")[1][0]
+    assert "invalid version" in checks.evaluate(l20x4(), min_driver_version="550.x")[1][0]
 
 
 def test_min_driver_version():
-    assert gpu.evaluate(l20x4(), min_driver_version="550.54.14")[1] == []
-    assert gpu.evaluate(l20x4(), min_driver_version="535")[1] == []
-    failures = gpu.evaluate(l20x4(), min_driver_version="570.86.15")[1]
+    assert checks.evaluate(l20x4(), min_driver_version="550.54.14")[1] == []
+    assert checks.evaluate(l20x4(), min_driver_version="535")[1] == []
+    failures = checks.evaluate(l20x4(), min_driver_version="570.86.15")[1]
     assert len(failures) == 4
     assert "driver 550.54.14 found, >= 570.86.15 wanted" in failures[0]
     assert "Install NVIDIA driver >= 570.86.15 (R570 or newer)" in failures[0]
 
 
 def test_require_cuda_follows_cuda_compatibility_rules():
-    assert gpu.evaluate(l20x4(), require_cuda="12.4")[1] == []
-    assert gpu.evaluate(l20x4(), require_cuda="12.2")[1] == []
+    assert checks.evaluate(l20x4(), require_cuda="12.4")[1] == []
+    assert checks.evaluate(l20x4(), require_cuda="12.2")[1] == []
     # minor-version compatibility: any 12.x program runs on a driver >= 525.60.13, newer toolkit or not
-    assert gpu.evaluate(l20x4(), require_cuda="12.9")[1] == []
-    assert gpu.evaluate(l20x4(driver="535.161.08", cuda="12.2"), require_cuda="12.4")[1] == []
+    assert checks.evaluate(l20x4(), require_cuda="12.9")[1] == []
+    assert checks.evaluate(l20x4(driver="535.161.08", cuda="12.2"), require_cuda="12.4")[1] == []
     facts = l20x4(driver="520.61.05", cuda="11.8")
-    failures = gpu.evaluate(facts, require_cuda="12.4")[1]
+    failures = checks.evaluate(facts, require_cuda="12.4")[1]
     assert len(failures) == 4
     assert "driver 520.61.05 found (supports CUDA 11.8), CUDA 12.4 wanted" in failures[0]
     assert "Install driver >= 525.60.13 (R525 or newer)" in failures[0]
-    failures = gpu.evaluate(l20x4(), require_cuda="13.0")[1]
+    failures = checks.evaluate(l20x4(), require_cuda="13.0")[1]
     assert "580.65.06 (R580" in failures[0]
     assert "CUDA minor-version compatibility" in failures[0]
 
 
 def test_require_cuda_of_an_unknown_major_uses_the_reported_version():
     facts = gpu.build_facts([make_gpu(0, driver="590.44.01")], "590.44.01", "13.1")
-    assert gpu.evaluate(facts, require_cuda="13.2")[1] == []          # 13.x: >= 580.65.06
-    failures = gpu.evaluate(facts, require_cuda="14.0")[1]
+    assert checks.evaluate(facts, require_cuda="13.2")[1] == []          # 13.x: >= 580.65.06
+    failures = checks.evaluate(facts, require_cuda="14.0")[1]
     assert "supports CUDA 13.1, CUDA 14.0 wanted" in failures[0]
     newer = gpu.build_facts([make_gpu(0, driver="700.1.2")], "700.1.2", "14.1")
-    assert gpu.evaluate(newer, require_cuda="14.0")[1] == []
+    assert checks.evaluate(newer, require_cuda="14.0")[1] == []
     unknown = gpu.build_facts([make_gpu(0, driver="590.44.01")], "590.44.01", "")
-    assert "cannot tell" in gpu.evaluate(unknown, require_cuda="14.0")[1][0]
+    assert "cannot tell" in checks.evaluate(unknown, require_cuda="14.0")[1][0]
 
 
 def test_memory_checks():
     facts = gpu.build_facts([make_gpu(0), make_gpu(1, used=30000, free=15596)], "550.54.14", "12.4")
-    assert gpu.evaluate(facts, min_memory_mib=46000, min_free_memory_mib=15000)[1] == []
-    failures = gpu.evaluate(facts, min_memory_mib=48000)[1]
+    assert checks.evaluate(facts, min_memory_mib=46000, min_free_memory_mib=15000)[1] == []
+    failures = checks.evaluate(facts, min_memory_mib=48000)[1]
     assert len(failures) == 2 and "46068 MiB memory found, >= 48000 MiB wanted" in failures[0]
-    failures = gpu.evaluate(facts, min_free_memory_mib=40960)[1]
+    failures = checks.evaluate(facts, min_free_memory_mib=40960)[1]
     assert len(failures) == 1
     assert failures[0].startswith("GPU 1 (NVIDIA L20")
     assert "15596 MiB free memory found, >= 40960 MiB wanted (30000 MiB used)" in failures[0]
@@ -255,28 +257,28 @@ def test_memory_checks():
         ": 15596 MiB free memory found, >= 40960 MiB wanted (30000 MiB used). Stop the processes using this "
         "GPU (nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv -i 1) or choose "
         "another device.")
-    assert gpu.evaluate(facts, min_memory_mib=48000)[1][1].endswith(
+    assert checks.evaluate(facts, min_memory_mib=48000)[1][1].endswith(
         ": 46068 MiB memory found, >= 48000 MiB wanted. Use GPUs with more memory, spread the model over "
         "more GPUs, or pick a smaller model/quantisation.")
 
 
 def test_memory_not_reported_fails_the_memory_check():
     facts = gpu.build_facts([make_gpu(0, total=None, free=None)])
-    failures = gpu.evaluate(facts, min_memory_mib=1, min_free_memory_mib=1)[1]
+    failures = checks.evaluate(facts, min_memory_mib=1, min_free_memory_mib=1)[1]
     assert len(failures) == 2 and all("unknown MiB" in f for f in failures)
 
 
 def test_devices_restrict_checks_and_selection():
     facts = gpu.build_facts([make_gpu(0), make_gpu(1, used=30000, free=15596)], "550.54.14", "12.4")
-    selected, failures = gpu.evaluate(facts, devices=["0"], min_free_memory_mib=40960)
+    selected, failures = checks.evaluate(facts, devices=["0"], min_free_memory_mib=40960)
     assert failures == [] and [g["index"] for g in selected] == [0]
     uuid = facts["gpus"][1]["uuid"]
-    selected, failures = gpu.evaluate(facts, devices=[uuid.upper(), "1"], min_free_memory_mib=10000)
+    selected, failures = checks.evaluate(facts, devices=[uuid.upper(), "1"], min_free_memory_mib=10000)
     assert failures == [] and [g["index"] for g in selected] == [1]
 
 
 def test_unknown_device_is_an_error_that_lists_the_gpus():
-    selected, failures = gpu.evaluate(l20x4(), devices=["0", "7", "GPU-nope"])
+    selected, failures = checks.evaluate(l20x4(), devices=["0", "7", "GPU-nope"])
     assert [g["index"] for g in selected] == [0]
     assert len(failures) == 2
     assert "device '7' not found" in failures[0]
@@ -286,8 +288,8 @@ def test_unknown_device_is_an_error_that_lists_the_gpus():
 
 def test_no_gpu_fails_checks_but_not_a_plain_read():
     facts = gpu.empty_facts("nvidia-smi not found")
-    assert gpu.evaluate(facts) == ([], [])
-    selected, failures = gpu.evaluate(facts, require_arch=["8.9"])
+    assert checks.evaluate(facts) == ([], [])
+    selected, failures = checks.evaluate(facts, require_arch=["8.9"])
     assert selected == [] and failures == ["no usable NVIDIA GPU to check: nvidia-smi not found"]
 
 
@@ -295,6 +297,6 @@ def test_a_lost_gpu_fails_requested_checks():
     facts = gpu.build_facts(
         [make_gpu(0)], "550.54.14", "12.4", error="GPU at PCI 0000:86:00.0 has fallen off"
     )
-    assert gpu.evaluate(facts)[1] == []
-    failures = gpu.evaluate(facts, require_arch=["8.9"])[1]
+    assert checks.evaluate(facts)[1] == []
+    failures = checks.evaluate(facts, require_arch=["8.9"])[1]
     assert failures == ["not every GPU is healthy: GPU at PCI 0000:86:00.0 has fallen off"]

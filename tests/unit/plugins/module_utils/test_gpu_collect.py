@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gpu
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu
 
 from tests.helpers import FIXTURES
 

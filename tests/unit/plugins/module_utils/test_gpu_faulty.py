@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gpu
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import checks
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu
 
 from tests.fixtures.fake_nvidia_smi import fake_env
 from tests.helpers import ROOT  # noqa: E402
@@ -116,7 +117,7 @@ def _collected(smi, name=RESET):
 def test_checks_fail_naming_a_faulty_gpu_that_is_wanted(smi):
     out = _collected(smi)
     for devices in ([], ["2"], ["GPU-7b1e04d9-3f6a-c258-94d0-e2a5b8c17f63"], ["0", "2"]):
-        selected, failures = gpu.evaluate(out["facts"], require_arch=["8.0"], min_memory_mib=80000,
+        selected, failures = checks.evaluate(out["facts"], require_arch=["8.0"], min_memory_mib=80000,
                                           devices=devices, faulty=out["faulty"], node_error=out["node_error"])
         text = "\n".join(failures)
         assert "GPU 2 (NVIDIA A100-SXM4-80GB" in text and "nvidia-smi -r -i 2" in text, devices
@@ -126,18 +127,18 @@ def test_checks_fail_naming_a_faulty_gpu_that_is_wanted(smi):
 
 def test_checks_pass_and_only_warn_when_the_faulty_gpu_is_not_wanted(smi):
     out = _collected(smi)
-    selected, failures = gpu.evaluate(out["facts"], require_arch=["8.0"], min_memory_mib=80000,
+    selected, failures = checks.evaluate(out["facts"], require_arch=["8.0"], min_memory_mib=80000,
                                       devices=["0", "1", "3"], faulty=out["faulty"],
                                       node_error=out["node_error"])
     assert failures == [] and [g["index"] for g in selected] == [0, 1, 3]
-    warnings = gpu.faulty_warnings(out["faulty"], devices=["0", "1", "3"])
+    warnings = checks.faulty_warnings(out["faulty"], devices=["0", "1", "3"])
     assert len(warnings) == 1 and "GPU 2" in warnings[0] and "not in devices" in warnings[0]
-    assert gpu.faulty_warnings(out["faulty"], devices=["2"]) == []
+    assert checks.faulty_warnings(out["faulty"], devices=["2"]) == []
 
 
 def test_legacy_evaluate_without_faulty_still_refuses_any_error(smi):
     out = _collected(smi)
-    _, failures = gpu.evaluate(out["facts"], require_arch=["8.0"])
+    _, failures = checks.evaluate(out["facts"], require_arch=["8.0"])
     assert failures and "GPU 2" in failures[0]
 
 

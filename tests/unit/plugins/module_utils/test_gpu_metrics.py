@@ -1,14 +1,15 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The GPU collector of role monitoring (plugins/module_utils/gpu_metrics.py) against the fake nvidia-smi's
+"""The GPU collector of role monitoring (plugins/module_utils/_gpu/metrics.py) against the fake nvidia-smi's
 profiles, and XID errors from a kernel log in /dev/kmsg's format."""
 import os
 import shutil
 import subprocess
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gpu, gpu_metrics
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import metrics as gpu_metrics
 
 from tests.fixtures.fake_nvidia_smi import SCRIPT, fake_env
 

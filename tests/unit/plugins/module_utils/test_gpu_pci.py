@@ -1,7 +1,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The PCI view of the GPUs (plugins/module_utils/gpu_pci.py) on fake sysfs trees: which functions are NVIDIA
+"""The PCI view of the GPUs (plugins/module_utils/_gpu/pci.py) on fake sysfs trees: which functions are NVIDIA
 GPUs, the driver that holds them, and the inventory's expectation."""
 
 import os
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gpu_pci
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import pci as gpu_pci
 
 from tests.helpers import FIXTURES
 

@@ -7,7 +7,7 @@ import os
 import socket
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import haproxy_runtime as hr
+from ansible_collections.llmops.serving.plugins.module_utils._serving import haproxy_runtime as hr
 
 from tests.fixtures.fake_haproxy import FakeHaproxy
 from tests.helpers import FIXTURES

@@ -7,7 +7,7 @@ import os
 import re
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import llama_cpp_build as lb
+from ansible_collections.llmops.serving.plugins.module_utils._software import llama_cpp_build as lb
 
 from tests.fixtures.llama_cpp_source import ensure_source
 

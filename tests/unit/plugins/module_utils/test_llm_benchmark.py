@@ -12,7 +12,7 @@ import subprocess
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import llm_benchmark as lb
+from ansible_collections.llmops.serving.plugins.module_utils._benchmark import client as lb
 
 from tests.fixtures.fake_openai.server import FakeOpenAI
 from tests.helpers import ROOT, wait_healthy

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import llm_benchmark as lb
+from ansible_collections.llmops.serving.plugins.module_utils._benchmark import client as lb
 from ansible_collections.llmops.serving.plugins.module_utils.secrets import scrub
 
 from tests.helpers import run_module_file

@@ -11,8 +11,8 @@ import threading
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import llm_benchmark as lb
-from ansible_collections.llmops.serving.plugins.module_utils import llm_load
+from ansible_collections.llmops.serving.plugins.module_utils._benchmark import client as lb
+from ansible_collections.llmops.serving.plugins.module_utils._benchmark import load as llm_load
 
 from tests.fixtures.fake_openai.server import FakeOpenAI
 from tests.helpers import ROOT, wait_healthy

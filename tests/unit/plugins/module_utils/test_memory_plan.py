@@ -1,7 +1,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The memory planner (plugins/module_utils/memory_plan.py) on worked examples: the tiny models against
+"""The memory planner (plugins/module_utils/_memory_plan/plan.py) on worked examples: the tiny models against
 what the pinned CPU llama-server logged, the seed's L20 profile (Qwen3.6-27B, 256K, q8_0, 2 slots, MTP, two
 L20s: ~33 GB used), a dense model, refusals with suggestions that fit, a derived tensor split, and vLLM
 (seed 001's single-L20 figures, a TP 2 plan)."""
@@ -14,8 +14,8 @@ import tempfile
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gguf
-from ansible_collections.llmops.serving.plugins.module_utils import memory_plan as mp
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
+from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import plan as mp
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB

@@ -5,7 +5,7 @@
 that names the instance and the setting (never a traceback, never a plan that "fits" what the engine refuses);
 llama.cpp's own limits (256 slots) and warnings (context above the trained context) are the planner's."""
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import memory_plan as mp
+from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import plan as mp
 
 from tests.unit.plugins.module_utils.test_memory_plan import l20, llama_8b, qwen36_27b_hf
 

@@ -1,10 +1,10 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The driver plan of role nvidia_driver (plugins/module_utils/nvidia_driver.py), without Ansible."""
+"""The driver plan of role nvidia_driver (plugins/module_utils/_gpu/driver.py), without Ansible."""
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (
+from ansible_collections.llmops.serving.plugins.module_utils._gpu.driver import (
     driver_plan,
     read_loaded_module,
     read_nouveau_loaded,
@@ -149,7 +149,7 @@ def test_a_wanted_version_with_a_trailing_newline_is_the_loaded_driver():
      "decide."),
 ])
 def test_preflight_says_what_the_driver_plan_decides(gpus, policy, managed, expected):
-    from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import preflight_summary
+    from ansible_collections.llmops.serving.plugins.module_utils._gpu.driver import preflight_summary
     assert preflight_summary(WANTED, gpus, policy, managed) == expected
     # the same decision as the stage's own detect plan
     if "not managed" not in expected:
@@ -158,7 +158,7 @@ def test_preflight_says_what_the_driver_plan_decides(gpus, policy, managed, expe
 
 
 def test_preflight_without_a_pinned_version_names_the_role_default_and_refuses_a_bad_policy():
-    from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import preflight_summary
+    from ansible_collections.llmops.serving.plugins.module_utils._gpu.driver import preflight_summary
     assert preflight_summary("", {"present": True, "driver_version": "550.54.14"}).startswith(
         "Driver: the GPU host stage installs NVIDIA driver (role default) (replacing 550.54.14)")
     with pytest.raises(ValueError, match="nvidia_driver_allow_reboot must be auto, true or false"):
@@ -168,7 +168,7 @@ def test_preflight_without_a_pinned_version_names_the_role_default_and_refuses_a
 
 
 def test_the_detect_plan_needs_no_node_only_when_the_wanted_driver_is_reported():
-    from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import detect_plan_without_node
+    from ansible_collections.llmops.serving.plugins.module_utils._gpu.driver import detect_plan_without_node
     loaded = {"present": True, "driver_version": WANTED}
     assert detect_plan_without_node(WANTED, loaded) == driver_plan(WANTED, "detect", gpus=loaded)
     assert detect_plan_without_node(WANTED, loaded)["action"] == "none"

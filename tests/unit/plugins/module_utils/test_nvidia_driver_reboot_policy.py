@@ -7,7 +7,7 @@ a node that serves nothing (a bare node's one run) and stops a box in production
 import os
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_driver import (
+from ansible_collections.llmops.serving.plugins.module_utils._gpu.driver import (
     busy_units,
     normal_reboot_policy,
     read_gpu_processes,

@@ -1,11 +1,11 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""A driver installed with NVIDIA's .run installer (plugins/module_utils/nvidia_runfile.py), on fake node
+"""A driver installed with NVIDIA's .run installer (plugins/module_utils/_gpu/runfile.py), on fake node
 roots (tests/fixtures/fake_pkg_owner): found, and never overwritten by packages (issue 35, point 1)."""
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils.nvidia_runfile import (
+from ansible_collections.llmops.serving.plugins.module_utils._gpu.runfile import (
     installer_log_version,
     package_owner,
     read_runfile_install,

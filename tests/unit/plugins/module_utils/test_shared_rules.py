@@ -5,8 +5,10 @@
 (gpu_names.py) and which KV cache types a llama.cpp draft context gets (llama_cpp_spec.py), checked on both
 sides that use them."""
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gpu, gpu_names, llama_cpp_spec
-from ansible_collections.llmops.serving.plugins.module_utils import memory_plan as mp
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import checks
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import names as gpu_names
+from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import llama_cpp_spec
+from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import plan as mp
 from ansible_collections.llmops.serving.plugins.plugin_utils import gpu_assignment, llama_server_flags
 
 from tests.unit.plugins.module_utils.test_memory_plan import SEED_SETTINGS, qwen36_27b
@@ -22,7 +24,7 @@ ENTRY = {"index": 2, "uuid": "GPU-4f0a2b1c-aaaa-bbbb-cccc-0123456789ab"}
 def test_a_gpu_is_named_by_index_or_uuid(name, matches):
     assert gpu_names.matches_gpu(name, ENTRY) is matches
     # gpu_facts' devices (node) and an instance's gpus (controller) follow the same rule
-    assert gpu.is_wanted(ENTRY, [name]) is matches
+    assert checks.is_wanted(ENTRY, [name]) is matches
     facts = {"present": True, "gpus": [ENTRY]}
     assert gpu_assignment.gpu_entries([name], facts) == ([ENTRY] if matches else [])
 

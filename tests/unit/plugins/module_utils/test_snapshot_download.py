@@ -14,8 +14,8 @@ import sys
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import snapshot as sn
-from ansible_collections.llmops.serving.plugins.module_utils import snapshot_store as store
+from ansible_collections.llmops.serving.plugins.module_utils._snapshot import fetch as sn
+from ansible_collections.llmops.serving.plugins.module_utils._snapshot import store
 
 from tests.fixtures.fake_hub import checkpoint
 from tests.fixtures.fake_hub.helpers import MIB, body_bytes, snapshot_params, tree_digests

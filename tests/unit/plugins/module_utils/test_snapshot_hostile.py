@@ -12,8 +12,8 @@ import textwrap
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import snapshot as sn
-from ansible_collections.llmops.serving.plugins.module_utils import snapshot_listing as listing
+from ansible_collections.llmops.serving.plugins.module_utils._snapshot import fetch as sn
+from ansible_collections.llmops.serving.plugins.module_utils._snapshot import listing
 
 from tests.fixtures.fake_hub import checkpoint
 from tests.fixtures.fake_hub.helpers import MIB, snapshot_params, tree_digests
@@ -118,7 +118,7 @@ def test_hostile_listing_never_replaces_the_serving_snapshot(qhub, dest):
 # the 60 MB listing, measured in a child process: peak RSS and time
 PROBE = textwrap.dedent("""
     import json, resource, sys, time
-    from ansible_collections.llmops.serving.plugins.module_utils import snapshot as sn
+    from ansible_collections.llmops.serving.plugins.module_utils._snapshot import fetch as sn
     args = json.loads(sys.argv[1])
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.monotonic()

@@ -1,7 +1,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The source plan (plugins/module_utils/source_plan.py): one list from the roles' entries, what the node has
+"""The source plan (plugins/module_utils/_software/source_plan.py): one list from the roles' entries, what the node has
 is not probed, real probes against loopback servers (reachable, closed, silent past the deadline: bounded
 time), the node's proxy for outside hosts and never for loopback, and a refusal that names source and key."""
 import os
@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import source_plan as sp
+from ansible_collections.llmops.serving.plugins.module_utils._software import source_plan as sp
 
 from tests.fixtures.recording_proxy import RecordingProxy
 from tests.fixtures.source_servers import Silent, SourceServer, closed_port
@@ -167,8 +167,8 @@ def test_a_llama_cpp_tree_at_the_pin_is_not_needed_and_one_elsewhere_is(tmp_path
 
 
 def test_a_verified_model_is_not_needed_and_an_unverified_file_is(tmp_path):
-    from ansible_collections.llmops.serving.plugins.module_utils.model_sidecar import write_sidecar_record
-    from ansible_collections.llmops.serving.plugins.module_utils.safe_files import hash_file
+    from ansible_collections.llmops.serving.plugins.module_utils._download.sidecar import write_sidecar_record
+    from ansible_collections.llmops.serving.plugins.module_utils._files.safe import hash_file
     final = tmp_path / "m.gguf"
     final.write_bytes(b"GGUF" + b"\0" * 64)
     source = sp.plan([entry("m", "hf", "https://hf.lan", "hf", repo="o/r", have={"model": str(final)})])[0]
@@ -338,7 +338,7 @@ def test_a_git_daemon_remote_is_asked_for_its_refs_in_gits_own_protocol(tmp_path
 
 def test_loopback_is_one_rule_for_the_probe_and_the_download():
     """download_http.is_loopback decides for both clients that a request stays on the machine (no proxy)."""
-    from ansible_collections.llmops.serving.plugins.module_utils import download_http
+    from ansible_collections.llmops.serving.plugins.module_utils._download import http as download_http
     for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost", "LOCALHOST"):
         assert download_http.is_loopback(host), host
     for host in ("10.0.0.1", "127.example.com", "hf-mirror.com", "", None, "::2"):

@@ -8,7 +8,7 @@ import os
 import sys
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils.wheel_tags import (
+from ansible_collections.llmops.serving.plugins.module_utils._software.wheel_tags import (
     WheelTagError,
     check,
     expand_tags,

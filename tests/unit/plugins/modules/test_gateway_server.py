@@ -14,6 +14,7 @@ import time
 import urllib.request
 
 import pytest
+from ansible_collections.llmops.serving.plugins.module_utils._serving import haproxy_runtime
 from ansible_collections.llmops.serving.plugins.modules import gateway_server
 
 from tests.fixtures.fake_haproxy import FakeHaproxy
@@ -117,6 +118,11 @@ def real_haproxy(tmp_path):
 
 
 @needs_haproxy
+def _sessions_on(sock, backend, server):
+    rows = haproxy_runtime.parse_stat_csv(haproxy_runtime.send_command(sock, "show stat"))
+    return sum(int(row["scur"] or 0) for row in rows if (row["pxname"], row["svname"]) == (backend, server))
+
+
 def test_real_haproxy_drain_waits_for_request_in_flight(tmp_path, real_haproxy):
     sock, _, front = real_haproxy
     args = {"socket": sock, "backend": "llm_qwen", "server": "qwen-a", "poll_interval": 0.1}
@@ -129,7 +135,11 @@ def test_real_haproxy_drain_waits_for_request_in_flight(tmp_path, real_haproxy):
         urllib.request.urlopen("http://127.0.0.1:%d/slow" % front, timeout=20).read())) for _ in range(2)]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)
+    # wait until HAProxy holds the slow request on qwen-a (a fixed sleep lost the race on a loaded machine)
+    deadline = time.monotonic() + 10
+    while not _sessions_on(sock, "llm_qwen", "qwen-a") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _sessions_on(sock, "llm_qwen", "qwen-a") == 1
     started = time.time()
     drained = run_module(tmp_path, dict(args, state="drain", drain_timeout=20))
     assert not drained.get("failed"), drained

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils import gguf
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
 
 from tests.fixtures.fake_hub.server import FakeHub
 from tests.fixtures.gguf.builder import tiny_qwen35

@@ -58,7 +58,7 @@ def test_documentation_matches_argument_spec():
             assert subopt["type"] == spec[name]["options"][sub]["type"]
             assert subopt.get("default") == spec[name]["options"][sub].get("default"), sub
     limits = spec["limits"]["options"]
-    from ansible_collections.llmops.serving.plugins.module_utils import gguf
+    from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
     assert dict((k, v["default"]) for k, v in limits.items()) == gguf.DEFAULT_LIMITS
     ret = yaml.safe_load(gguf_info.RETURN)
     info = gguf.inspect(_seed_file())
@@ -128,7 +128,7 @@ def test_module_through_ansible(tmp_path):
     recorded = str(tmp_path / "recorded.gguf")
     with open(recorded, "wb") as f:
         f.write(data)
-    from ansible_collections.llmops.serving.plugins.module_utils import model_sidecar
+    from ansible_collections.llmops.serving.plugins.module_utils._download import sidecar as model_sidecar
     model_sidecar.write_sidecar_record(recorded, digest, commit="c" * 40)  # what model_download leaves
     with open(model_sidecar.sidecar_path(recorded), "rb") as f:
         record = f.read()

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 import yaml
-from ansible_collections.llmops.serving.plugins.module_utils import snapshot_options
+from ansible_collections.llmops.serving.plugins.module_utils._snapshot import options as snapshot_options
 from ansible_collections.llmops.serving.plugins.modules import model_snapshot
 
 from tests.fixtures.fake_hub import checkpoint

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from plugins.module_utils.systemd_units import (
+from plugins.module_utils._serving.systemd_units import (
     LIST_ARGV,
     SHOW_ENABLED_ARGV,
     enabled_units,

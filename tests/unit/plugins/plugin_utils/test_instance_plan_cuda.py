@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The planner refuses an engine runtime the node's driver cannot run, before any unit changes: the CUDA a
 build fact publishes (llmops_vllm / llmops_llama_cpp cuda_version) against llmops_gpus' driver, with CUDA's
-rules (plugins/module_utils/cuda_compat.py; their decision table is test_cuda_compat.py)."""
+rules (plugins/module_utils/_gpu/cuda_compat.py; their decision table is test_cuda_compat.py)."""
 import pytest
 from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from plugins.module_utils.gguf import SUMMARY_VERSION
+from plugins.module_utils._model_format.gguf import SUMMARY_VERSION
 from plugins.plugin_utils.model_paths import model_paths, unchanged_headers
 from tests.helpers import ROOT, load_yaml, role_templar
 

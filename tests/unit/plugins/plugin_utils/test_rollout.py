@@ -159,7 +159,7 @@ def test_fingerprint_of_a_real_plan_follows_its_settings_and_is_in_the_instance_
 def test_deployment_run_is_a_new_token_per_run_that_module_deployment_accepts():
     """The token and holder role serving passes to every step of the deployment lifecycle (tasks/run.yml):
     what the module checks them against (deployment.TOKEN_RE, HOLDER_RE), a new token on each call."""
-    from ansible_collections.llmops.serving.plugins.module_utils import deployment
+    from ansible_collections.llmops.serving.plugins.module_utils._serving import deployment
 
     first = FILTERS["fleet_deployment_run"]("Serve the models", _now=1_800_000_000)
     second = FILTERS["fleet_deployment_run"]("Serve the models", _now=1_800_000_000)
@@ -197,7 +197,7 @@ def fake_proc(tmp_path, boot=BOOT, processes=()):
 def test_run_owner_names_this_process_as_module_deployment_accepts(tmp_path):
     """deployment_run's owner: host name, boot id, pid and start time, in the form the lock accepts; none
     where /proc cannot tell (no boot id, or the process is not listed)."""
-    from ansible_collections.llmops.serving.plugins.module_utils import deployment
+    from ansible_collections.llmops.serving.plugins.module_utils._serving import deployment
 
     proc = fake_proc(tmp_path, processes={4242: 987654})
     owner = rollout.run_owner(_proc=proc, _pid=4242)
