@@ -2,6 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
+# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
 """Where a download resumes: the partial file ``<file>.part`` and its state ``<file>.part.json``.
 
 The state lists the byte ranges already written and what they belong to (size, sha256, source, the

@@ -2,6 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
+# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
 """GGUF structure check and model summary for llmops.serving.gguf_info.
 
 Reads ONLY the header, the key/value metadata and the tensor table of a GGUF file (never tensor data), with

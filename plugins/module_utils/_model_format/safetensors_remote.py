@@ -2,6 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
+# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
 """safetensors_info for a model that is not downloaded yet: what the vLLM memory planner reads from a model
 directory (config.json and the *.safetensors sizes, memory_plan_vllm.vllm_model_summary), taken from the hub
 before anything is fetched, as gguf_remote does for a GGUF.

@@ -1,6 +1,0 @@
-# Copyright: contributors to llmops.serving
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-# SPDX-License-Identifier: GPL-3.0-or-later
-"""Repository snapshots (module model_snapshot): the hub's listing, the options, the fetch and the store.
-
-Private to llmops.serving: no API promise to other collections; import paths may change."""

@@ -2,6 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
+# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
 """Verified, resumable repository snapshots (logic of ``llmops.serving.model_snapshot``): a vLLM model
 directory (safetensors shards, config.json, tokenizer files) fetched from Hugging Face or ModelScope at one
 commit. A run is ``decide()`` (what to do, and why; writes nothing: check mode returns it) then
