@@ -119,3 +119,32 @@ def run_module_file(tmp_path, name, args, check_mode=False, timeout=120):
                           env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "collections")), check=False)
     assert proc.stdout, proc.stderr.decode()
     return json.loads(proc.stdout.decode())
+
+
+def install_serving_wait(dest, python="python3"):
+    """Lay out role serving's health gate under `dest` as its tasks/wait_script.yml does on the node (each
+    file and copy task, with the role's vars and _serving_wait_dir = dest) and return the command that runs
+    it, as _serving_wait renders it (`python` in place of the node's python3), as an argv list."""
+    import shlex
+    import shutil
+
+    role = os.path.join(ROOT, "roles", "serving")
+    variables = load_yaml(os.path.join(role, "vars", "main.yml"))
+    variables.update({"role_path": role, "_serving_wait_dir": str(dest)})
+    templar = role_templar(role, variables)
+    for task in load_yaml(os.path.join(role, "tasks", "wait_script.yml")):
+        if "ansible.builtin.file" in task:
+            os.makedirs(templar.template(task["ansible.builtin.file"]["path"]), exist_ok=True)
+            continue
+        copy = task["ansible.builtin.copy"]
+        loop_var = task.get("loop_control", {}).get("loop_var", "item")
+        for item in templar.template(task["loop"]) if "loop" in task else [None]:
+            templar.available_variables = dict(variables, **{loop_var: item})
+            src = templar.template(copy["src"])
+            target = templar.template(copy["dest"])
+            shutil.copy(os.path.join(role, "files", src) if not os.path.isabs(src) else src, target)
+            os.chmod(target, int(copy["mode"], 8))
+        templar.available_variables = variables
+    argv = shlex.split(templar.template(variables["_serving_wait"]))
+    assert argv[0] == "python3", argv
+    return [python] + argv[1:]

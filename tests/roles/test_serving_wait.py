@@ -1,7 +1,8 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""roles/serving/files/serving-wait.py: health and model-list wait that fails fast when the unit died.
+"""roles/serving/files/serving-wait.py: health and model-list wait that fails fast when the unit died, run
+from the files role serving installs (tests.helpers.install_serving_wait), as the role runs it.
 
 A local HTTP server plays llama-server (503 while loading, then 200); fake `systemctl`/`journalctl` scripts
 on PATH play systemd (their answers come from files the test writes).
@@ -9,15 +10,12 @@ on PATH play systemd (their answers come from files the test writes).
 import http.server
 import os
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from tests.helpers import ROOT  # noqa: E402
-
-SCRIPT = os.path.join(ROOT, "roles", "serving", "files", "serving-wait.py")
+from tests.helpers import install_serving_wait
 
 FAKE_SYSTEMCTL = """#!/bin/sh
 # fake systemctl: `show -p ... UNIT` prints the state file
@@ -58,6 +56,11 @@ def fake_systemd(tmp_path):
 
 
 @pytest.fixture
+def wait_command(tmp_path):
+    return install_serving_wait(tmp_path / "node")
+
+
+@pytest.fixture
 def server():
     httpd = http.server.HTTPServer(("127.0.0.1", 0), Loading)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -66,29 +69,29 @@ def server():
     httpd.shutdown()
 
 
-def run(env, url, timeout=10):
+def run(wait_command, env, url, timeout=10):
     start = time.time()
-    proc = subprocess.run([sys.executable, SCRIPT, "--url", url, "--unit", "llama-server-t.service",
+    proc = subprocess.run(wait_command + ["--url", url, "--unit", "llama-server-t.service",
                            "--timeout", str(timeout), "--interval", "0.1"], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                           timeout=60, check=False)
     return proc.returncode, proc.stdout, time.time() - start
 
 
-def test_waits_through_503_until_200(fake_systemd, server):
+def test_waits_through_503_until_200(wait_command, fake_systemd, server):
     env, _ = fake_systemd
     Loading.started, Loading.ready_after = time.time(), 0.8
-    rc, out, took = run(env, "http://127.0.0.1:%d" % server.server_port)
+    rc, out, took = run(wait_command, env, "http://127.0.0.1:%d" % server.server_port)
     assert rc == 0, out
     assert "healthy after" in out
     assert took >= 0.7
 
 
-def test_fails_fast_with_journal_when_the_process_exited(fake_systemd, server):
+def test_fails_fast_with_journal_when_the_process_exited(wait_command, fake_systemd, server):
     env, state = fake_systemd
     state.write_text("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=1\n")
     Loading.started, Loading.ready_after = time.time(), 3600
-    rc, out, took = run(env, "http://127.0.0.1:%d" % server.server_port, timeout=30)
+    rc, out, took = run(wait_command, env, "http://127.0.0.1:%d" % server.server_port, timeout=30)
     assert rc == 1
     assert took < 10, "should not wait out the timeout when the unit died"
     assert "the process exited" in out and "SubState=auto-restart" in out
@@ -96,17 +99,17 @@ def test_fails_fast_with_journal_when_the_process_exited(fake_systemd, server):
     assert "--since" in out and "-u llama-server-t.service" in out
 
 
-def test_times_out_with_last_answer(fake_systemd, server):
+def test_times_out_with_last_answer(wait_command, fake_systemd, server):
     env, _ = fake_systemd
     Loading.started, Loading.ready_after = time.time(), 3600
-    rc, out, _ = run(env, "http://127.0.0.1:%d" % server.server_port, timeout=1)
+    rc, out, _ = run(wait_command, env, "http://127.0.0.1:%d" % server.server_port, timeout=1)
     assert rc == 1
     assert "no 200 from" in out and "last answer: 503" in out
 
 
-def test_nothing_listening_counts_as_not_ready(fake_systemd):
+def test_nothing_listening_counts_as_not_ready(wait_command, fake_systemd):
     env, _ = fake_systemd
-    rc, out, _ = run(env, "http://127.0.0.1:9", timeout=1)
+    rc, out, _ = run(wait_command, env, "http://127.0.0.1:9", timeout=1)
     assert rc == 1 and "last answer: none" in out
 
 
@@ -128,7 +131,8 @@ class Models(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_checks_the_served_name_with_the_key_from_a_key_file_or_the_env_file(fake_systemd, tmp_path):
+def test_checks_the_served_name_with_the_key_from_a_key_file_or_the_env_file(wait_command, fake_systemd,
+                                                                               tmp_path):
     env, _ = fake_systemd
     httpd = http.server.HTTPServer(("127.0.0.1", 0), Models)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -138,7 +142,7 @@ def test_checks_the_served_name_with_the_key_from_a_key_file_or_the_env_file(fak
     env_file.write_text('# managed\nHF_TOKEN="x"\nVLLM_API_KEY="%s"\n' % Models.key)
 
     def wait(*extra):
-        proc = subprocess.run([sys.executable, SCRIPT, "--url", url, "--unit", "vllm-q.service",
+        proc = subprocess.run(wait_command + ["--url", url, "--unit", "vllm-q.service",
                                "--timeout", "5", "--interval", "0.1"] + list(extra), env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                               timeout=60, check=False)

@@ -15,7 +15,6 @@ loopback.
 import http.server
 import os
 import subprocess
-import sys
 import threading
 import urllib.request
 
@@ -25,9 +24,8 @@ from ansible_collections.llmops.serving.plugins.module_utils._benchmark import l
 
 from tests.fixtures.fake_openai.server import FakeOpenAI
 from tests.fixtures.recording_proxy import PROXY_VARIABLES, RecordingProxy
-from tests.helpers import ROOT
+from tests.helpers import install_serving_wait
 
-WAIT_SCRIPT = os.path.join(ROOT, "roles", "serving", "files", "serving-wait.py")
 KEY = "sk-proxy-test-4b7d"
 
 
@@ -68,8 +66,8 @@ class Engine(http.server.BaseHTTPRequestHandler):
 
 
 def test_the_health_gate_ignores_proxies(proxied, tmp_path):
-    """roles/serving/files/serving-wait.py, as the serving role runs it (before: urlopen went to the proxy,
-    502 until the timeout, and the deploy was rolled back)."""
+    """roles/serving/files/serving-wait.py, installed and run as the serving role does (before: urlopen went
+    to the proxy, 502 until the timeout, and the deploy was rolled back)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     systemctl = bin_dir / "systemctl"
@@ -80,11 +78,12 @@ def test_the_health_gate_ignores_proxies(proxied, tmp_path):
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Engine)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]))
+    wait_command = install_serving_wait(tmp_path / "node")
     try:
         url = "http://127.0.0.1:%d" % httpd.server_port
-        proc = subprocess.run([sys.executable, WAIT_SCRIPT, "--url", url, "--unit", "llama-server-q.service",
-                               "--model", "qwen-local", "--key-file", str(key_file), "--timeout", "3",
-                               "--interval", "0.1"],
+        proc = subprocess.run(wait_command + ["--url", url, "--unit", "llama-server-q.service",
+                                              "--model", "qwen-local", "--key-file", str(key_file),
+                                              "--timeout", "3", "--interval", "0.1"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True, timeout=60, check=False)
     finally:

@@ -15,9 +15,8 @@ Two spellings, as the two readers on the node need them:
 The header the role writes says which (a container-mode file names ``docker run --env-file`` in its comment;
 a file may also say ``# llmops-env-format: docker`` or ``systemd``), so a reader never guesses:
 ``parse_env_text`` reads a file exactly as its own reader (systemd or docker) does. llm_benchmark reads keys
-with it, and roles/serving/files/serving-wait.py (a standalone script run on
-the node, which cannot import the collection) carries a verbatim copy of the reader, kept identical by
-tests/unit/plugins/module_utils/test_env_file.py. Without one reader, a value written "sk-...\\n" was read
+with it, and so does roles/serving/files/serving-wait.py on the node: role serving installs this file beside
+the script in its package layout (roles/serving/tasks/wait_script.yml). Without one reader, a value written "sk-...\\n" was read
 back with its quote by the benchmark and the fleet smoke check, which then got 401 from a healthy instance.
 
 Plain Python 3.6, standard library only.
@@ -54,7 +53,7 @@ def env_lines(env, mode="host"):
     return ["%s=%s" % (name, systemd_env_quote(value)) for name, value in env.items()]
 
 
-# --- the reader (copied verbatim into roles/serving/files/serving-wait.py: keep it standalone) ------------
+# --- the reader (serving-wait.py imports it on the node: standard library only) -----------------------
 
 def parse_env_text(text, fmt=None):
     """{name: value} of an env file, read as its own reader reads it: `fmt` 'docker' (docker run --env-file:

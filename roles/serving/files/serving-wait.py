@@ -12,6 +12,10 @@ VLLM_API_KEY of the instance's env file for vLLM, both read as root) and checks 
 listed: a rejected key or a wrong name fails at once. On failure it prints the unit state and the last
 journal lines, and exits 1. Python 3.6+, standard library only (runs on the managed node).
 
+It reads an env file with the collection's one reader (plugins/module_utils/_serving/env_file.py), which
+role serving installs beside it in its package layout (tasks/wait_script.yml), and runs it isolated
+(python3 -I -S: no PYTHONPATH, no site-packages), so this directory is the only place it is found.
+
     serving-wait.py --url http://127.0.0.1:8003 --unit llama-server-qwen.service --model qwen \
         --key-file /etc/llama-server/qwen.key --timeout 900
     serving-wait.py --url http://127.0.0.1:8000 --unit vllm-q.service --model qwen-local \
@@ -19,6 +23,7 @@ journal lines, and exits 1. Python 3.6+, standard library only (runs on the mana
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -28,6 +33,10 @@ try:
     from urllib.request import ProxyHandler, Request, build_opener
 except ImportError:  # pragma: no cover - Python 2 is not supported
     sys.exit("python3 is required")
+
+# The collection's env-file reader, installed beside this script (the node has no collection on sys.path).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ansible_collections.llmops.serving.plugins.module_utils._serving.env_file import parse_env_text  # noqa: E402
 
 # The instance is on this node: never through a proxy. urlopen() honours http_proxy and HTTPS_PROXY (a proxy
 # in /etc/environment reaches this script through the login session), and a proxy cannot reach 127.0.0.1:
@@ -47,99 +56,6 @@ def get(url, key=None):
         return exc.code, exc.reason
     except (URLError, OSError) as exc:
         return None, str(getattr(exc, "reason", exc))
-
-
-# --- the reader (copied verbatim into roles/serving/files/serving-wait.py: keep it standalone) ------------
-
-def parse_env_text(text, fmt=None):
-    """{name: value} of an env file, read as its own reader reads it: `fmt` 'docker' (docker run --env-file:
-    NAME=value literal lines) or 'systemd' (EnvironmentFile=: quotes, backslash escapes, line continuations);
-    None reads the file's comments: '# llmops-env-format: docker|systemd', or role serving's header of a
-    container-mode file (it names 'docker run --env-file'); else systemd."""
-    if fmt is None:
-        fmt = "systemd"
-        for line in text.split("\n"):
-            if line.startswith("# llmops-env-format: "):
-                fmt = line[len("# llmops-env-format: "):].strip()
-                break
-            if line.startswith("#") and "docker run --env-file" in line:
-                fmt = "docker"
-                break
-    if fmt == "docker":
-        values = {}
-        for line in text.split("\n"):
-            line = line.lstrip()
-            if not line or line.startswith("#") or "=" not in line:
-                continue
-            name, value = line.split("=", 1)
-            values[name.strip()] = value[:-1] if value.endswith("\r") else value
-        return values
-    return _parse_systemd_env(text)
-
-
-def _parse_systemd_env(text):
-    """systemd's env-file.c state machine for what it reads: comments (# ;), NAME=, values unquoted
-    (backslash escapes any character, trailing blanks dropped), in "..." (backslash escapes the four
-    characters SYSTEMD_ESCAPED, else stays) or in '...' (literal); a backslash-newline continues."""
-    values = {}
-    i, n = 0, len(text)
-    while i < n:
-        while i < n and text[i] in " \t\r\n":
-            i += 1
-        if i >= n:
-            break
-        if text[i] in "#;":
-            while i < n and text[i] != "\n":
-                i += 1
-            continue
-        start = i
-        while i < n and text[i] not in "=\n":
-            i += 1
-        if i >= n or text[i] != "=":
-            continue  # a line without '=': ignored, as systemd does
-        name = text[start:i].strip()
-        i += 1
-        while i < n and text[i] in " \t":
-            i += 1
-        out = []
-        if i < n and text[i] in "\"'":
-            quote = text[i]
-            i += 1
-            while i < n and text[i] != quote:
-                if quote == '"' and text[i] == "\\" and i + 1 < n:
-                    following = text[i + 1]
-                    if following == "\n":
-                        pass
-                    elif following in '"\\`$':
-                        out.append(following)
-                    else:
-                        out.append("\\" + following)
-                    i += 2
-                    continue
-                out.append(text[i])
-                i += 1
-            i += 1
-            # anything after the closing quote up to the end of the line is appended, as systemd does
-            while i < n and text[i] != "\n":
-                if text[i] not in " \t\r":
-                    out.append(text[i])
-                i += 1
-            value = "".join(out)
-        else:
-            while i < n and text[i] != "\n":
-                if text[i] == "\\" and i + 1 < n:
-                    if text[i + 1] != "\n":
-                        out.append(text[i + 1])
-                    i += 2
-                    continue
-                out.append(text[i])
-                i += 1
-            value = "".join(out).rstrip(" \t\r")
-        if name:
-            values[name] = value
-    return values
-
-# --- end of the reader -------------------------------------------------------------------------------------
 
 
 def env_file_value(path, name):

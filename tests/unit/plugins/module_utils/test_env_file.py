@@ -2,17 +2,21 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """One env-file reader (issue 23): what role serving writes for systemd (host mode) and for docker (container
-mode) reads back exactly, with module_utils/env_file.parse_env_text; llm_benchmark uses it and
-roles/serving/files/serving-wait.py carries a verbatim copy of it (it runs alone on the node)."""
-import ast
+mode) reads back exactly, with module_utils/_serving/env_file.parse_env_text; llm_benchmark uses it, and so
+does roles/serving/files/serving-wait.py on the node, with this module installed beside it by role serving."""
+import http.server
 import os
+import subprocess
+import threading
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils._serving import env_file
 from ansible_collections.llmops.serving.plugins.module_utils._benchmark import client as lb
+from ansible_collections.llmops.serving.plugins.module_utils._serving import env_file
 from ansible_collections.llmops.serving.plugins.plugin_utils.env_files import check_env, env_file_lines
 
-from tests.helpers import ROOT
+from tests.helpers import install_serving_wait
+
+PY36 = os.path.expanduser("~/.pyenv/versions/3.6.15/bin/python3.6")
 
 HOST_VALUES = {"A": "sk-abc", "B": "sk-abc\n", "C": 'say "hi" $HOME `id` \\n \\', "D": "", "E": "  padded  ",
                "F": "line1\nline2\n", "G": "#not-a-comment", "H": "'single'", "I": "tab\there", "J": "é ü"}
@@ -59,15 +63,69 @@ def test_systemd_rules(text, expected):
     assert env_file.parse_env_text(text) == expected
 
 
-def _functions(path):
-    tree = ast.parse(open(path).read())
-    source = open(path).read()
-    return dict((node.name, ast.get_source_segment(source, node)) for node in tree.body
-                if isinstance(node, ast.FunctionDef)
-                and node.name in ("parse_env_text", "_parse_systemd_env"))
+class KeyedEngine(http.server.BaseHTTPRequestHandler):
+    """An engine after loading: /health 200, /v1/models lists qwen-local only with the key KEY."""
+
+    def do_GET(self):  # noqa: N802 (http.server API)
+        if self.path == "/v1/models" and self.headers.get("Authorization") != "Bearer " + KEY:
+            self.send_response(401)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.end_headers()
+        models = b'{"object":"list","data":[{"id":"qwen-local","object":"model"}]}'
+        self.wfile.write(models if self.path == "/v1/models" else b'{"status":"ok"}')
+
+    def log_message(self, *args):
+        pass
 
 
-def test_serving_wait_carries_the_same_reader():
-    ours = _functions(os.path.join(ROOT, "plugins", "module_utils", "_serving", "env_file.py"))
-    theirs = _functions(os.path.join(ROOT, "roles", "serving", "files", "serving-wait.py"))
-    assert set(ours) == {"parse_env_text", "_parse_systemd_env"} and ours == theirs
+KEY = "sk-$a`b"  # systemd quoting escapes $ and `: only an unescaping reader gets the key back
+# Env files and whether they hold KEY as their own reader (systemd or docker) reads them.
+NODE_ENV_FILES = [
+    # systemd: the role's quoting of KEY, read back unescaped (a line reader would keep quotes and escapes)
+    (SYSTEMD_HEADER + 'HF_TOKEN="x"\nVLLM_API_KEY=%s\n' % env_file.systemd_env_quote(KEY), True),
+    # docker: the literal line, as `docker run --env-file` passes it
+    (DOCKER_HEADER + "VLLM_API_KEY=%s\n" % KEY, True),
+    # the same systemd line under the docker header: docker would pass the quotes on, so this is not KEY
+    (DOCKER_HEADER + "VLLM_API_KEY=%s\n" % env_file.systemd_env_quote(KEY), False),
+    # no '=': systemd ignores the line, so there is no key
+    (SYSTEMD_HEADER + "VLLM_API_KEY %s\n" % KEY, False),
+]
+
+
+@pytest.mark.parametrize("python", ["python3", PY36])
+@pytest.mark.parametrize("text, holds_key", NODE_ENV_FILES)
+def test_the_health_gate_reads_env_files_with_this_module_on_the_node(tmp_path, python, text, holds_key):
+    """serving-wait.py, installed as role serving installs it (the script and this module in its package
+    layout) and run isolated as the role runs it, reads the key through this module: a file that holds the
+    key passes the gate, one that does not is refused with the server's 401."""
+    if not os.path.exists(python) and python != "python3":
+        pytest.skip("no Python 3.6 at %s" % python)
+    assert (env_file.parse_env_text(text).get("VLLM_API_KEY") == KEY) is holds_key
+    command = install_serving_wait(tmp_path / "node", python)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_systemd = {"systemctl": "echo ActiveState=active; echo SubState=running", "journalctl": "true"}
+    for name, script in fake_systemd.items():
+        (bin_dir / name).write_text("#!/bin/sh\n%s\n" % script)
+        (bin_dir / name).chmod(0o755)
+    path = tmp_path / "q.env"
+    path.write_text(text)
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), KeyedEngine)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        proc = subprocess.run(command + ["--url", "http://127.0.0.1:%d" % httpd.server_port,
+                                         "--unit", "vllm-q.service", "--model", "qwen-local",
+                                         "--env-file", str(path), "--key-env", "VLLM_API_KEY",
+                                         "--timeout", "5", "--interval", "0.1"],
+                              env=dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"])),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                              timeout=60, check=False)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    if holds_key:
+        assert proc.returncode == 0 and "serving qwen-local" in proc.stdout, proc.stdout
+    else:
+        assert proc.returncode == 1 and "answered 401" in proc.stdout, proc.stdout
