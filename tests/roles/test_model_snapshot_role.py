@@ -143,7 +143,7 @@ def test_every_snapshot_task_that_can_carry_the_token_is_hidden():
                 if any(k in t for k in ("ansible.builtin.async_status", "llmops.serving.model_snapshot",
                                         "llmops.serving.download_wait"))
                 or "token" in (t.get("llmops.serving.safetensors_info") or {})
-                or "_model_snapshot_async" in str(t.get("ansible.builtin.set_fact", ""))]
+                or "_model_job_result" in str(t.get("ansible.builtin.set_fact", ""))]
     assert len(carrying) == 6, [t["name"] for t in carrying]
     for t in carrying:
         assert t.get("no_log") == "{{ _model_secret }}", t["name"]
