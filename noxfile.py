@@ -31,8 +31,8 @@ CACHE = os.environ.get("LLMOPS_CACHE_DIR", os.path.join(ROOT, ".cache"))
 COUNTS = os.path.join(CACHE, "counts")
 # Every Molecule scenario. `bin/llmops-dev test` runs them side by side with the other sessions
 # (tools/ci/schedule.py decides the order and how many at once); `nox -s molecule` runs them in turn.
-MOLECULE_SCENARIOS = ("llama_cpp", "llama_server", "default", "l20", "gpu_host", "model", "vllm", "fleet",
-                      "ray", "bundle", "faults")
+MOLECULE_SCENARIOS = ("llama_cpp", "serving_llama_cpp", "default", "l20", "gpu_host", "model", "vllm",
+                      "fleet", "ray", "bundle", "faults")
 PYTEST_PATHS = ("tests/unit", "tests/roles")
 
 nox.options.default_venv_backend = "none"

@@ -27,7 +27,7 @@ import sys
 # route out (docs/ci.md): 18300 the fake hub, 18301 the registry, 18302 git, 18303 apt.
 SCENARIO_PORTS = {
     "default": ((18003, 18004), (18080, 18080)),
-    "llama_server": ((18005, 18005),),
+    "serving_llama_cpp": ((18005, 18005),),
     "vllm": ((18020, 18022),),
     "fleet": ((18200, 18229),),
     "ray": ((18250, 18290),),

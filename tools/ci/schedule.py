@@ -70,7 +70,7 @@ JOBS = (
     # left (0.6.0's warm run started it at 26:28, after every scenario, and ended with it alone for 5:41).
     Job("unit", ["nox", "--no-venv", "-s", "unit"], estimate=420),
     _molecule("llama_cpp", weight=2, estimate=900),
-    _molecule("llama_server", needs=AFTER_COMPILE, estimate=300),
+    _molecule("serving_llama_cpp", needs=AFTER_COMPILE, estimate=300),
     _molecule("default", needs=AFTER_COMPILE, estimate=600),
     # The L20 twin compiles the CUDA build (nvcc over 144 CUDA objects: ~20 min on 2 idle cores cold, minutes
     # from the machine's ccache), the one CUDA compile of a run: it needs nothing first and has the longest
