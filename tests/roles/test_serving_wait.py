@@ -10,12 +10,14 @@ on PATH play systemd (their answers come from files the test writes).
 import http.server
 import os
 import subprocess
+import sys
 import threading
 import time
 
 import pytest
+import yaml
 
-from tests.helpers import install_serving_wait
+from tests.helpers import install_serving_wait, run_local_playbook
 
 FAKE_SYSTEMCTL = """#!/bin/sh
 # fake systemctl: `show -p ... UNIT` prints the state file
@@ -158,3 +160,28 @@ def test_checks_the_served_name_with_the_key_from_a_key_file_or_the_env_file(wai
         assert rc == 1 and "answered 401" in out
     finally:
         httpd.shutdown()
+
+
+def _tree(root):
+    return dict((os.path.relpath(os.path.join(d, name), str(root)),
+                 (open(os.path.join(d, name), "rb").read(), os.stat(os.path.join(d, name)).st_mode & 0o7777))
+                for d, _dirs, names in os.walk(str(root)) for name in names)
+
+
+def test_the_role_installs_the_gate_as_the_tests_run_it_and_a_second_run_changes_nothing(tmp_path):
+    """tasks/wait_script.yml run by Ansible (as role fleet includes role serving's tasks): the same files,
+    bytes and modes that install_serving_wait lays out for the tests above; copies in place change nothing."""
+    node = tmp_path / "node"
+    play = [{"hosts": "localhost", "gather_facts": False, "connection": "local",
+             "tasks": [{"ansible.builtin.include_role": {"name": "llmops.serving.serving",
+                                                         "tasks_from": "wait_script.yml"}}]}]
+    path = tmp_path / "play.yml"
+    path.write_text(yaml.safe_dump(play))
+    args = ["-e", "ansible_python_interpreter=%s" % sys.executable, "-e", "_serving_wait_dir=%s" % node]
+    result, first = run_local_playbook(path, str(tmp_path), extra_args=args)
+    assert first.get("failed") == 0 and first.get("changed") == 3, result.stdout[-3000:] + result.stderr
+    result, second = run_local_playbook(path, str(tmp_path), extra_args=args)
+    assert second.get("failed") == 0 and second.get("changed") == 0, result.stdout[-3000:]
+    install_serving_wait(tmp_path / "expected")
+    installed = _tree(node)
+    assert "serving-wait.py" in installed and installed == _tree(tmp_path / "expected")
