@@ -63,23 +63,6 @@ def test_systemd_rules(text, expected):
     assert env_file.parse_env_text(text) == expected
 
 
-class KeyedEngine(http.server.BaseHTTPRequestHandler):
-    """An engine after loading: /health 200, /v1/models lists qwen-local only with the key KEY."""
-
-    def do_GET(self):  # noqa: N802 (http.server API)
-        if self.path == "/v1/models" and self.headers.get("Authorization") != "Bearer " + KEY:
-            self.send_response(401)
-            self.end_headers()
-            return
-        self.send_response(200)
-        self.end_headers()
-        models = b'{"object":"list","data":[{"id":"qwen-local","object":"model"}]}'
-        self.wfile.write(models if self.path == "/v1/models" else b'{"status":"ok"}')
-
-    def log_message(self, *args):
-        pass
-
-
 KEY = "sk-$a`b"  # systemd quoting escapes $ and `: only an unescaping reader gets the key back
 # Env files and whether they hold KEY as their own reader (systemd or docker) reads them.
 NODE_ENV_FILES = [
@@ -112,7 +95,9 @@ def test_the_health_gate_reads_env_files_with_this_module_on_the_node(tmp_path, 
         (bin_dir / name).chmod(0o755)
     path = tmp_path / "q.env"
     path.write_text(text)
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), KeyedEngine)
+    from tests.roles.test_serving_wait import Models
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), type("KeyedEngine", (Models,), {"key": KEY}))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         proc = subprocess.run(command + ["--url", "http://127.0.0.1:%d" % httpd.server_port,
