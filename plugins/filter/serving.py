@@ -34,7 +34,6 @@ container.py.
     {{ llmops_gpus | llmops.serving.serving_driver_after_gpu_stage(nvidia_driver_version, managed) }}
     {{ vllm_version | llmops.serving.vllm_planned_runtime(vllm_cuda_variant, wheel, source_dir, runtime) }}
     {{ item.engine | llmops.serving.engine_setting('model_kind') }}  -> a field of the engine's descriptor
-    {{ hostvars[inventory_hostname] | llmops.serving.engine_build_facts }}  -> {engine: its build fact or {}}
     {{ serving_instances | llmops.serving.engine_build_roles(serving_default_engine) }}  -> [llama_cpp, ...]
 """
 from __future__ import absolute_import, division, print_function
@@ -136,14 +135,6 @@ def engine_setting(engine, field):
         raise ServingError(str(exc)) from None
 
 
-def engine_build_facts(host_vars):
-    """{engine: the fact its build role sets (descriptor build_fact), {} when unset} from a host's variables
-    (hostvars[inventory_hostname]): the planner's `builds`."""
-    host_vars = host_vars or {}
-    return {engine.name: (host_vars[engine.build_fact] if engine.build_fact in host_vars else None) or {}
-            for engine in engines.ENGINES.values()}
-
-
 def engine_build_roles(instances, default_engine=None):
     """The roles that build the engines `instances` (serving_instances) use, in the registry's order: each
     engine's descriptor build_role; the default engine's when no instance names one. An unknown engine is
@@ -211,6 +202,5 @@ class FilterModule(object):
             "serving_driver_after_gpu_stage": _wrap(instance_plan.driver_after_gpu_stage),
             "vllm_planned_runtime": _wrap(vllm_flags.planned_runtime),
             "engine_setting": _wrap(engine_setting),
-            "engine_build_facts": _wrap(engine_build_facts),
             "engine_build_roles": _wrap(engine_build_roles),
         }
