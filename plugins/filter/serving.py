@@ -4,9 +4,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Filters that expose the serving layer (plugins/plugin_utils/) to the serving role's tasks and templates.
 
-A thin wrapper: the planner is plugins/plugin_utils/instance_plan.py (engine registry: llama.cpp, vllm), the
-engines' flag tables (where the command lines are built) llama_server_flags.py and vllm_flags.py, the unit's
-spellings systemd.py and container.py.
+A thin wrapper: the planner is plugins/plugin_utils/instance_plan.py, the engines' descriptors
+plugins/module_utils/engines.py (what differs per engine, by name), the engines' flag tables (where the
+command lines are built) llama_server_flags.py and vllm_flags.py, the unit's spellings systemd.py and
+container.py.
 
     {{ serving_instances | llmops.serving.serving_instance_plans(defaults=..., builds={...}) }}
     {{ serving_instances | llmops.serving.serving_memory_plan_inputs(defaults=..., gpus=llmops_gpus, ...,
@@ -32,9 +33,12 @@ spellings systemd.py and container.py.
     {{ model_models | llmops.serving.serving_models_in_use(serving_instances, refused) }}
     {{ llmops_gpus | llmops.serving.serving_driver_after_gpu_stage(nvidia_driver_version, managed) }}
     {{ vllm_version | llmops.serving.vllm_planned_runtime(vllm_cuda_variant, wheel, source_dir, runtime) }}
+    {{ item.engine | llmops.serving.engine_setting('model_kind') }}  -> a field of the engine's descriptor
+    {{ serving_instances | llmops.serving.engine_build_roles(serving_default_engine) }}  -> [llama_cpp, ...]
 """
 from __future__ import absolute_import, division, print_function
 
+from ansible_collections.llmops.serving.plugins.module_utils import engines
 from ansible_collections.llmops.serving.plugins.plugin_utils import (
     instance_plan,
     memory_plan_inputs,
@@ -42,7 +46,7 @@ from ansible_collections.llmops.serving.plugins.plugin_utils import (
     vllm_flags,
 )
 from ansible_collections.llmops.serving.plugins.plugin_utils.rollout import deployment_fingerprint
-from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import filter_errors
+from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors import ServingError, filter_errors
 
 __metaclass__ = type
 
@@ -59,7 +63,7 @@ def serving_instance_plans_filter(instances, builds=None, **kwargs):
     return [dict(p) for p in instance_plan.plan_instances(instances, builds=builds, **kwargs)]
 
 
-def serving_argv(settings, engine=instance_plan.DEFAULT_ENGINE, **kwargs):
+def serving_argv(settings, engine=engines.DEFAULT_ENGINE, **kwargs):
     return instance_plan.engine_flags(engine).build_argv(settings, **kwargs)
 
 
@@ -70,7 +74,7 @@ def serving_exec_start(plan, user=None, docker="/usr/bin/docker", entrypoint=Non
 
 
 def serving_env_file(instances, name, mode="host", systemd_version=None, api_keys=None,
-                     default_engine=instance_plan.DEFAULT_ENGINE):
+                     default_engine=engines.DEFAULT_ENGINE):
     """The assignments of instance `name`'s env file: systemd EnvironmentFile= (host) or docker --env-file
     (container) syntax; a vLLM instance's VLLM_API_KEY from `api_keys`. Secret: only for the no_log task that
     writes the 0600 file."""
@@ -120,6 +124,25 @@ def serving_instance_fact(plan):
         # recorded beside its last measurement.
         "fingerprint": deployment_fingerprint(plan),
     }
+
+
+def engine_setting(engine, field):
+    """Field `field` of engine `engine`'s descriptor (module_utils/engines.py): what a task asks of an engine
+    instead of comparing its name."""
+    try:
+        return engines.field(instance_plan.engine_descriptor(engine).name, field)
+    except ValueError as exc:
+        raise ServingError(str(exc)) from None
+
+
+def engine_build_roles(instances, default_engine=None):
+    """The roles that build the engines `instances` (serving_instances) use, in the registry's order: each
+    engine's descriptor build_role; the default engine's when no instance names one. An unknown engine is
+    left to the planner, which refuses it with the reason."""
+    default_engine = default_engine or engines.DEFAULT_ENGINE
+    wanted = set(str(raw.get("engine") or default_engine) for raw in instances or () if isinstance(raw, dict))
+    wanted = wanted or {default_engine}
+    return [engine.build_role for engine in engines.ENGINES.values() if engine.name in wanted]
 
 
 def serving_renamed_variables(names):
@@ -178,4 +201,6 @@ class FilterModule(object):
             "serving_refusal_report": _wrap(instance_plan.refusal_report),
             "serving_driver_after_gpu_stage": _wrap(instance_plan.driver_after_gpu_stage),
             "vllm_planned_runtime": _wrap(vllm_flags.planned_runtime),
+            "engine_setting": _wrap(engine_setting),
+            "engine_build_roles": _wrap(engine_build_roles),
         }

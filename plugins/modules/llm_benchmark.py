@@ -245,13 +245,14 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils import engines  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils._benchmark import client as llm_benchmark
 from ansible_collections.llmops.serving.plugins.module_utils._benchmark import load as llm_load  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(
     url=dict(type="str", required=True),
-    engine=dict(type="str", default="llama.cpp", choices=list(llm_benchmark.ENGINES)),
+    engine=dict(type="str", default=engines.DEFAULT_ENGINE, choices=list(engines.names())),
     model=dict(type="str"),
     api_key=dict(type="str", no_log=True),
     api_key_file=dict(type="path"),

@@ -34,6 +34,7 @@ import math
 import re
 import unicodedata
 
+from ansible_collections.llmops.serving.plugins.module_utils import engines
 from ansible_collections.llmops.serving.plugins.module_utils.secrets import secret_problem
 from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 from ansible_collections.llmops.serving.plugins.plugin_utils.instance_plan import is_loopback
@@ -273,12 +274,11 @@ def _check_settings(raw):
 
 
 def instance_context(fact, assumed):
-    """The longest context (tokens) an instance serves, from its settings: llama.cpp's ctx_size (0: the
-    model's own, unknown here), vLLM's max_model_len; `assumed` when the settings do not say. Returns
-    (tokens, where it comes from)."""
+    """The longest context (tokens) an instance serves, from its settings: its engine's context_setting
+    (engines.py: llama.cpp's ctx_size, 0: the model's own, unknown here; vLLM's max_model_len); `assumed`
+    when the settings do not say. Returns (tokens, where it comes from)."""
     settings = fact.get("settings") if isinstance(fact.get("settings"), dict) else {}
-    engine = fact.get("engine") or "llama.cpp"
-    key = "max_model_len" if engine == "vllm" else "ctx_size"
+    key = engines.or_default(fact.get("engine")).context_setting
     value = settings.get(key)
     if isinstance(value, str) and matches(r"[0-9]{1,12}", value.strip()):
         value = int(value.strip())

@@ -6,7 +6,8 @@
 
 instances + default settings + build fact + llmops_models + llmops_gpus -> one plan per instance: its GPUs,
 host/port/url, key file, env file, model path, unit and container names, and the engine's argv. What differs
-per engine is its flag table, a module of :data:`ENGINES` that provides
+per engine is its descriptor (plugins/module_utils/engines.py: setting names, unit prefix, key variable, model
+kind, Ray...) and its flag table, the module of :data:`FLAG_TABLES` the descriptor names, that provides
 
 * ``build_argv(settings, model=, host=, port=, api_key_file=, extra_args=, gpus=)`` and
   ``uses_mlock(settings)``;
@@ -15,13 +16,11 @@ per engine is its flag table, a module of :data:`ENGINES` that provides
   exist on the node), ``unit_env(timeout_start_sec)`` (variables the unit sets) and
   ``preflight(settings, gpus, gpu_entries, running)`` (refusals raised, warnings returned);
 * ``PROGRAM`` (llama-server, vllm), ``ROLE`` (the role whose variables the messages name: serving),
-  ``BUILD_ROLE`` and ``BUILD_FACT`` (the role and fact that build the engine: llama_cpp/llmops_llama_cpp,
-  vllm/llmops_vllm), ``UNIT_PREFIX``, ``TIMEOUT_START_SEC``, ``SUBCOMMAND`` (``serve``), ``CONTAINER_ARGS``,
-  ``API_KEY_ENV`` (None: the key goes to a file), ``OPEN_PATHS``/``KEY_GUARDED_PATHS`` (what the key
-  leaves open, None when it guards everything), ``cuda_ways_out(version)`` (the engine's own ways round a
-  driver too old for its CUDA), ``version_warning(version, argv)`` (None when the flag table was checked
-  against that engine version) and ``FORWARD_COMPAT_ENV`` (what makes it load a forward-compatibility libcuda,
-  None when the instance's env must do it).
+  ``TIMEOUT_START_SEC``, ``SUBCOMMAND`` (``serve``), ``CONTAINER_ARGS``, ``OPEN_PATHS``/
+  ``KEY_GUARDED_PATHS`` (what the key leaves open, None when it guards everything), ``cuda_ways_out(version)``
+  (the engine's own ways round a driver too old for its CUDA), ``version_warning(version, argv)`` (None when
+  the flag table was checked against that engine version) and ``FORWARD_COMPAT_ENV`` (what makes it load a
+  forward-compatibility libcuda, None when the instance's env must do it).
 
 Controller-only (plugin_utils), plain Python, unit-tested without Ansible by
 tests/unit/plugins/plugin_utils/test_instance_plan.py; the role reaches it through the filter
@@ -32,6 +31,7 @@ from __future__ import absolute_import, division, print_function
 import re
 import shlex
 
+from ansible_collections.llmops.serving.plugins.module_utils import engines
 from ansible_collections.llmops.serving.plugins.module_utils._gpu import cuda_compat
 from ansible_collections.llmops.serving.plugins.module_utils.secrets import secret_problem
 from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
@@ -50,17 +50,16 @@ from ansible_collections.llmops.serving.plugins.plugin_utils.serving_errors impo
 
 __metaclass__ = type
 
-# Engine name (as the instance's `engine` says it) -> its flag table.
-ENGINES = {"llama.cpp": llama_server_flags, "vllm": vllm_flags}
-DEFAULT_ENGINE = "llama.cpp"
+# A descriptor's flag_table (the module's name) -> that flag table.
+FLAG_TABLES = {module.__name__.rsplit(".", 1)[1]: module for module in (llama_server_flags, vllm_flags)}
 
 INSTANCE_FIELDS = ("name", "engine", "model", "served_model_name", "gpus", "host", "port", "settings",
                    "extra_args", "env", "mode", "accept_exposure", "ray_cluster", "cuda_forward_compat")
 MODES = ("host", "container")
 LOOPBACK_HOSTS = ("localhost", "::1", "ip6-localhost")
-# A vLLM instance that spans nodes names the inventory group of its Ray cluster (`ray_cluster: <group>`, on
-# the head's serving_instances); vLLM then runs its workers as Ray actors on the cluster's GPUs.
-RAY_ENGINE = "vllm"
+# A vLLM instance (an engine whose descriptor says ray) that spans nodes names the inventory group of its
+# Ray cluster (`ray_cluster: <group>`, on the head's serving_instances); vLLM then runs its workers as Ray
+# actors on the cluster's GPUs.
 RAY_BACKEND = "ray"
 # What role ray_cluster declares to Ray per node: this host variable when set, else every GPU of llmops_gpus.
 RAY_NUM_GPUS_VAR = "ray_cluster_num_gpus"
@@ -73,11 +72,24 @@ _NAME_RE = whole(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def engine_flags(engine):
-    """The flag table module of `engine` (a key of ENGINES)."""
-    if engine not in ENGINES:
-        raise ServingError("unknown engine %r; known engines: %s" % (engine, ", ".join(sorted(ENGINES))))
-    return ENGINES[engine]
+def engine_descriptor(name):
+    """The descriptor of engine `name` (plugins/module_utils/engines.py); ServingError when unknown."""
+    try:
+        return engines.get(name)
+    except engines.UnknownEngine as exc:
+        raise ServingError(str(exc)) from None
+
+
+def engine_flags(name):
+    """The flag table module of engine `name`: the module its descriptor's flag_table names."""
+    return FLAG_TABLES[engine_descriptor(name).flag_table]
+
+
+def key_env(name):
+    """The variable through which the unit gives engine `name` its API key (its env file), or None when the
+    key goes to a file (--api-key-file)."""
+    descriptor = engine_descriptor(name)
+    return descriptor.key_variable if descriptor.key_in_env else None
 
 
 def is_loopback(host):
@@ -137,19 +149,28 @@ def resolve_model(model, models_fact, instance="instance"):
 
 
 def check_model_kind(model, models_fact, engine, instance="instance"):
-    """A vLLM instance serves a model directory (a model_models item with snapshot: true), llama.cpp a GGUF
-    file: naming the other kind would fail later, at the node's model check or at the engine's start."""
+    """An engine of model_kind snapshot (vLLM) serves a model directory (a model_models item with snapshot:
+    true), one of model_kind gguf (llama.cpp) a GGUF file: naming the other kind would fail later, at the
+    node's model check or at the engine's start."""
     entry = (models_fact or {}).get(model) if isinstance(model, str) else None
     if not isinstance(entry, dict):
         return
-    if engine == "vllm" and not entry.get("snapshot") and str(entry.get("path") or "").endswith(".gguf"):
-        raise ServingError("%s (vllm): model_models item %s is a GGUF file (%s); vLLM serves a model "
+    descriptor = engine_descriptor(engine)
+    if descriptor.model_kind == "snapshot" and not entry.get("snapshot") \
+            and str(entry.get("path") or "").endswith(".gguf"):
+        raise ServingError("%s (%s): model_models item %s is a GGUF file (%s); %s serves a model "
                            "directory: add a model_models item with repo and snapshot: true (the safetensors "
-                           "checkpoint) and name it here" % (instance, model, entry.get("path")))
-    if engine != "vllm" and entry.get("snapshot"):
-        raise ServingError("%s (%s): model_models item %s is a snapshot (a model directory for vLLM); "
-                           "llama.cpp serves a GGUF file: name a model_models item with filename"
-                           % (instance, engine, model))
+                           "checkpoint) and name it here"
+                           % (instance, engine, model, entry.get("path"), descriptor.label))
+    if descriptor.model_kind != "snapshot" and entry.get("snapshot"):
+        raise ServingError("%s (%s): model_models item %s is a snapshot (a model directory for %s); "
+                           "%s serves a GGUF file: name a model_models item with filename"
+                           % (instance, engine, model, _labels("model_kind", "snapshot"), descriptor.label))
+
+
+def _labels(field, value):
+    """The labels of the engines whose descriptor `field` is `value` ("vLLM"; "vLLM or SGLang")."""
+    return " or ".join(engine_descriptor(name).label for name in engines.with_field(field, value))
 
 
 def _instance_name(raw, names):
@@ -201,17 +222,18 @@ def _check_bind(name, host, has_key, flags, fronted_by_proxy, accept_exposure):
 def _runner(name, mode, build, override, flags, engine):
     """What a unit starts: the binary (host mode) or the image (container mode), from the build fact or the
     role's override. Returns the plan's binary/image/container fields."""
+    build_role, build_fact = engine_descriptor(engine).build_role, engine_descriptor(engine).build_fact
     field = "binary" if mode == "host" else "image"
     value = override or build.get(field)
     if not value:
         if mode == "host":
             raise ServingError("instance %s: no %s binary: run the %s role first (fact %s.binary) or set "
                                "%s_binary['%s']"
-                               % (name, flags.PROGRAM, flags.BUILD_ROLE, flags.BUILD_FACT, flags.ROLE,
+                               % (name, flags.PROGRAM, build_role, build_fact, flags.ROLE,
                                   engine))
         raise ServingError("instance %s: mode container needs an image: run the %s role (fact %s.image) "
                            "or set %s_image['%s']"
-                           % (name, flags.BUILD_ROLE, flags.BUILD_FACT, flags.ROLE, engine))
+                           % (name, build_role, build_fact, flags.ROLE, engine))
     container = mode == "container"
     return {
         "binary": None if container else value,
@@ -227,11 +249,11 @@ def by_engine(mapping, engine, variable):
         return None
     if not isinstance(mapping, dict):
         raise ServingError("%s must be a mapping keyed by engine (%s)"
-                           % (variable, ", ".join(sorted(ENGINES))))
-    unknown = sorted(str(k) for k in mapping if k not in ENGINES)
+                           % (variable, ", ".join(sorted(engines.names()))))
+    unknown = sorted(str(k) for k in mapping if engines.lookup(k) is None)
     if unknown:
         raise ServingError("%s is keyed by engine (%s); %s is not an engine"
-                           % (variable, ", ".join(sorted(ENGINES)), ", ".join(unknown)))
+                           % (variable, ", ".join(sorted(engines.names())), ", ".join(unknown)))
     return mapping.get(engine)
 
 
@@ -244,20 +266,21 @@ def instance_settings(raw, defaults, engine):
 
 
 def ray_settings(raw, settings, engine, name):
-    """The settings of an instance with `ray_cluster`: only vLLM, and distributed_executor_backend ray (set
-    when absent or left null; a different value in the instance's own settings is refused, one inherited from
-    serving_default_settings is replaced: the defaults are written for single-node instances). Returns
-    `settings` unchanged for an instance without ray_cluster."""
+    """The settings of an instance with `ray_cluster`: only an engine whose descriptor says ray (vLLM), and
+    distributed_executor_backend ray (set when absent or left null; a different value in the instance's own
+    settings is refused, one inherited from serving_default_settings is replaced: the defaults are written
+    for single-node instances). Returns `settings` unchanged for an instance without ray_cluster."""
     group = raw.get("ray_cluster")
     if group is None:
         return settings
     if not isinstance(group, str) or not group:
         raise ServingError("instance %s: ray_cluster must be the name of an inventory group (the hosts of "
                            "the Ray cluster), got %r" % (name, group))
-    if engine != RAY_ENGINE:
-        raise ServingError("instance %s: ray_cluster is for engine vllm (its Ray executor spans nodes); "
-                           "engine %s runs on one node: remove ray_cluster or set engine: vllm"
-                           % (name, engine))
+    if not engine_descriptor(engine).ray:
+        ray_engines = " or ".join(engines.with_field("ray", True))
+        raise ServingError("instance %s: ray_cluster is for engine %s (its Ray executor spans nodes); "
+                           "engine %s runs on one node: remove ray_cluster or set engine: %s"
+                           % (name, ray_engines, engine, ray_engines))
     own = (raw.get("settings") or {}).get("distributed_executor_backend")
     if own is not None and str(own) != RAY_BACKEND:
         raise ServingError("instance %s: ray_cluster %s runs vLLM with distributed_executor_backend ray, but "
@@ -413,8 +436,8 @@ def driver_after_gpu_stage(gpus, wanted_driver="", manage_driver=True):
     return str((gpus or {}).get("driver_version") or "") if isinstance(gpus, dict) else ""
 
 
-def runtime_refusals(instances, builds=None, gpus=None, default_engine=DEFAULT_ENGINE, mode_override=None,
-                     binary_override=None, image_override=None, driver=None):
+def runtime_refusals(instances, builds=None, gpus=None, default_engine=engines.DEFAULT_ENGINE,
+                     mode_override=None, binary_override=None, image_override=None, driver=None):
     """The instances whose engine runtime the node's driver cannot run (CUDA's rules, cuda_decision), to be
     left out of the run while the others deploy: [{name, engine, model, message}], in instance order.
 
@@ -431,10 +454,10 @@ def runtime_refusals(instances, builds=None, gpus=None, default_engine=DEFAULT_E
     for raw in instances or ():
         if not isinstance(raw, dict) or not raw.get("name"):
             continue
-        engine = str(raw.get("engine") or default_engine)
-        if engine not in ENGINES:
+        engine = str(raw.get("engine") or default_engine or engines.DEFAULT_ENGINE)
+        if engines.lookup(engine) is None:
             continue
-        flags = ENGINES[engine]
+        flags = engine_flags(engine)
         build = by_engine(builds, engine, "the build facts") or {}
         mode = instance_mode(raw, engine, build, mode_override)
         override = runtime_override(engine, mode, binary_override, image_override)
@@ -478,18 +501,18 @@ def refusal_report(refused):
 
 def unit_name(name, engine, unit_prefix=None):
     """The systemd unit of instance `name`: serving_unit_prefix[engine] (or the engine's own) + name."""
-    prefix = by_engine(unit_prefix, engine, "serving_unit_prefix") or engine_flags(engine).UNIT_PREFIX
+    prefix = by_engine(unit_prefix, engine, "serving_unit_prefix") or engine_descriptor(engine).unit_prefix
     return "%s%s.service" % (prefix, name)
 
 
-def unit_names(instances, default_engine=DEFAULT_ENGINE, unit_prefix=None):
+def unit_names(instances, default_engine=engines.DEFAULT_ENGINE, unit_prefix=None):
     """The systemd units of serving_instances (what the role asks systemd about before planning); entries
     without a name or with an unknown engine are left to the planner, which refuses them with the reason."""
     units = []
     for raw in instances or []:
         if isinstance(raw, dict) and raw.get("name"):
             engine = raw.get("engine") or default_engine
-            if engine in ENGINES:
+            if engines.lookup(engine) is not None:
                 units.append(unit_name(str(raw["name"]), engine, unit_prefix))
     return units
 
@@ -530,13 +553,13 @@ def served_name(raw, name, models_fact):
     return value
 
 
-def _instance_env(raw, name, mode, gpu_list, systemd_version, flags):
+def _instance_env(raw, name, mode, gpu_list, systemd_version, flags, api_key_env):
     """The instance's own env, checked; the role's variables (GPUs, the API key) may not be set there."""
     env = check_env(raw.get("env"), mode, systemd_version, "instance %s" % name)
     for key in env:
         if key in GPU_ENV and gpu_list:
             raise ServingError("instance %s: %s comes from its gpus list; do not set it in env" % (name, key))
-        if key == flags.API_KEY_ENV:
+        if key == api_key_env:
             raise ServingError("instance %s: %s comes from %s_api_keys['%s'] (the health check uses it "
                                "too); do not set it in env" % (name, key, flags.ROLE, name))
     return env
@@ -592,17 +615,17 @@ def check_unit_values(raw, settings, name, host, model_path, served, argv, env, 
     _unit_text(list(argv), "an argument of the command line", name)
 
 
-def _build_env(build, instance_env, name, flags):
+def _build_env(build, instance_env, name, build_fact, api_key_env):
     """The build fact's runtime-wide env minus the keys the instance's own env overrides."""
     build_env = build.get("env") or {}
     if not isinstance(build_env, dict):
         raise ServingError("instance %s: %s.env must be a mapping of names to values"
-                           % (name, flags.BUILD_FACT))
+                           % (name, build_fact))
     env = {}
     for key in sorted(build_env):
-        if key in GPU_ENV or key == flags.API_KEY_ENV:
+        if key in GPU_ENV or key == api_key_env:
             raise ServingError("instance %s: %s.env sets %s, which the role computes (gpus, API keys)"
-                               % (name, flags.BUILD_FACT, key))
+                               % (name, build_fact, key))
         if key not in instance_env:
             env[str(key)] = str(build_env[key])
     return env
@@ -610,8 +633,8 @@ def _build_env(build, instance_env, name, flags):
 
 def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None, api_key_names=(),
                    key_dir="/etc/llama-server", unit_prefix=None, binary_override=None, mode_override=None,
-                   image_override=None, systemd_version=None, default_engine=DEFAULT_ENGINE, timeouts=None,
-                   fronted_by_proxy=False, running_units=(), hostvars=None, groups=None,
+                   image_override=None, systemd_version=None, default_engine=engines.DEFAULT_ENGINE,
+                   timeouts=None, fronted_by_proxy=False, running_units=(), hostvars=None, groups=None,
                    inventory_hostname=None, api_keys=None):
     """Resolve every instance of a host. Returns a list of dicts (no secrets in them).
 
@@ -645,6 +668,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
         name = _instance_name(raw, names)
         engine = str(raw.get("engine") or default_engine)
         flags = engine_flags(engine)
+        api_key_env = key_env(engine)
         build = by_engine(builds, engine, "the build facts") or {}
         port = _instance_port(raw, name, ports)
         host = str(raw.get("host") or "127.0.0.1")
@@ -657,9 +681,9 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
         check_model_kind(raw.get("model"), models, engine, "instance %s" % name)
         settings = ray_settings(raw, instance_settings(raw, defaults, engine), engine, name)
         mode = instance_mode(raw, engine, build, mode_override)
-        # llama-server reads its key from a file; an engine with API_KEY_ENV (vLLM) from its 0600 env file.
-        key_file = "%s/%s.key" % (key_dir.rstrip("/"), name) if has_key and not flags.API_KEY_ENV else None
-        plan_key_env = flags.API_KEY_ENV if has_key and flags.API_KEY_ENV else None
+        # llama-server reads its key from a file; an engine whose key is in env (vLLM) from its 0600 env file.
+        key_file = "%s/%s.key" % (key_dir.rstrip("/"), name) if has_key and not api_key_env else None
+        plan_key_env = api_key_env if has_key and api_key_env else None
         model_dir, model_file = model_path.rsplit("/", 1)
         argv_model = model_path if mode == "host" else "%s/%s" % (CONTAINER_MODEL_DIR, model_file)
         argv_key = key_file if mode == "host" or not key_file else CONTAINER_KEY_FILE
@@ -692,8 +716,8 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
         # `env` holds what is not secret (visible in the unit): the build's runtime-wide env (llmops_vllm.env,
         # e.g. a fork's switches) unless the instance's own env sets the key, then what the role computes.
         # The instance's own env goes to its env file only.
-        instance_env = _instance_env(raw, name, mode, gpu_list, systemd_version, flags)
-        env = _build_env(build, instance_env, name, flags)
+        instance_env = _instance_env(raw, name, mode, gpu_list, systemd_version, flags, api_key_env)
+        env = _build_env(build, instance_env, name, engine_descriptor(engine).build_fact, api_key_env)
         if mode == "host" and gpu_list:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_list)
         env.update(flags.unit_env(timeout))
@@ -725,7 +749,7 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
             ("argv", argv),
             ("env", env),
             ("env_file", "%s/%s.env" % (key_dir.rstrip("/"), name)),
-            ("env_names", list(instance_env) + ([flags.API_KEY_ENV] if plan_key_env else [])),
+            ("env_names", list(instance_env) + ([api_key_env] if plan_key_env else [])),
             ("build_id", build.get("build_id") or build.get("version")),
             ("binary", runner["binary"]),
             ("image", runner["image"]),
@@ -742,21 +766,22 @@ def plan_instances(instances, defaults=None, builds=None, models=None, gpus=None
 
 
 def instance_env_file(instances, name, mode="host", systemd_version=None, api_keys=None,
-                      default_engine=DEFAULT_ENGINE):
+                      default_engine=engines.DEFAULT_ENGINE):
     """Assignments of the env file of instance `name` of `instances` (serving_instances), as text.
 
     Secret: an engine that reads its key from the environment (vLLM: VLLM_API_KEY) gets it here, from
     `api_keys` (serving_api_keys), and only here."""
     for raw in instances or ():
         if isinstance(raw, dict) and str(raw.get("name")) == str(name):
-            flags = engine_flags(str(raw.get("engine") or default_engine))
-            env = dict(_instance_env(raw, name, mode, raw.get("gpus"), systemd_version, flags))
+            engine = str(raw.get("engine") or default_engine)
+            flags, api_key_env = engine_flags(engine), key_env(engine)
+            env = dict(_instance_env(raw, name, mode, raw.get("gpus"), systemd_version, flags, api_key_env))
             key = (api_keys or {}).get(name)
-            if flags.API_KEY_ENV and key:
+            if api_key_env and key:
                 problem = secret_problem(key, "serving_api_keys[%s]" % name)
                 if problem:  # the env file would carry it, and its reader would split it (never shown)
                     raise ServingError(problem)
-                env[flags.API_KEY_ENV] = key
+                env[api_key_env] = key
             env = check_env(env, mode, systemd_version, "instance %s" % name)
             return "".join(line + "\n" for line in env_file_lines(env, mode))
     raise ServingError("no instance named %s in serving_instances" % name)

@@ -8,10 +8,10 @@ This file is the ONLY place in the collection that knows how llama-server spells
 llama-server command line is built. Instance settings (a dict such as
 ``{"ctx_size": 262144, "cache_type_k": "q8_0"}``) are turned into an argv by :func:`build_argv`; extra_args
 are checked (secrets, removed and legacy flags, flags the table manages). The engine-neutral planner
-(instance_plan.py, registry ``ENGINES["llama.cpp"]``) resolves whole instances (model path, GPUs, ports, key
-file, env file, unit) around this argv; what every engine's table does alike (spelling values, the kinds of
-flags, the extra_args loop) is flag_table.py. Controller-only (plugin_utils), unit-tested without Ansible by
-tests/unit/plugins/plugin_utils/test_llama_server_flags.py.
+(instance_plan.py, through the descriptor ``engines.LLAMA_CPP``) resolves whole instances (model path,
+GPUs, ports, key file, env file, unit) around this argv; what every engine's table does alike (spelling
+values, the kinds of flags, the extra_args loop) is flag_table.py. Controller-only (plugin_utils),
+unit-tested without Ansible by tests/unit/plugins/plugin_utils/test_llama_server_flags.py.
 
 Pinned engine: llama.cpp as vendored in llama-cpp-python 0.3.36 (llama.cpp commit 0c1e570, 2026-10-01).
 Checked against that build's ``llama-server --help`` by
@@ -50,17 +50,14 @@ PINNED_LLAMA_CPP = {
 }
 
 
-# What the engine-neutral planner (instance_plan.py) needs to know of this engine (see its docstring).
+# What the engine-neutral planner (instance_plan.py) needs to know of this engine's command line (see its
+# docstring); the rest is the engine's descriptor, plugins/module_utils/engines.py.
 PROGRAM = "llama-server"
 ROLE = "serving"
-BUILD_ROLE = "llama_cpp"
-BUILD_FACT = "llmops_llama_cpp"
-UNIT_PREFIX = "llama-server-"
 # A 19 GB GGUF read with --load-mode mlock takes minutes on a busy disk.
 TIMEOUT_START_SEC = 900
 SUBCOMMAND = ()
 CONTAINER_ARGS = ()
-API_KEY_ENV = None          # the key is a file: --api-key-file
 OPEN_PATHS = None           # --api-key-file guards every endpoint but /health
 KEY_GUARDED_PATHS = None
 # When the node's driver cannot run the build's CUDA (plugins/module_utils/_gpu/cuda_compat.py): the ways round it

@@ -26,6 +26,7 @@ from __future__ import absolute_import, division, print_function
 
 import copy
 
+from ansible_collections.llmops.serving.plugins.module_utils import engines
 from ansible_collections.llmops.serving.plugins.plugin_utils import instance_plan
 from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import without_none
 from ansible_collections.llmops.serving.plugins.plugin_utils.gpu_assignment import gpu_entries, normalize_gpus
@@ -38,11 +39,11 @@ def _model_input(raw, engine, models, headers):
     """The planner's view of the instance's model: a metadata dict, or a path the module reads on the node."""
     model = raw.get("model")
     entry = (models or {}).get(model) or {}
-    if engine == "vllm":
+    if instance_plan.engine_descriptor(engine).model_kind == "snapshot":
         if entry.get("dir") or entry.get("path"):
             return {"model_dir": entry.get("dir") or entry.get("path")}
         # a model_models snapshot not downloaded yet: config.json and shard sizes read from the hub
-        # (safetensors_info, roles/model/tasks/headers.yml)
+        # (safetensors_info, roles/model/tasks/headers.yml; its result names the summary for vLLM's planner)
         remote = ((headers or {}).get(model) or {}).get("vllm")
         if remote:
             return {"model": remote}
@@ -72,7 +73,7 @@ def _ray_nodes(raw, name, gpu_list, hostvars, groups, inventory_hostname, is_run
     return out
 
 
-def memory_plan_inputs(instances, defaults=None, default_engine=instance_plan.DEFAULT_ENGINE, models=None,
+def memory_plan_inputs(instances, defaults=None, default_engine=engines.DEFAULT_ENGINE, models=None,
                        headers=None, gpus=None, running_units=(), unit_prefix=None, hostvars=None,
                        groups=None, inventory_hostname=None):
     """-> {"instances": [...], "gpus": llmops_gpus with running instances' GPUs counted free,
@@ -87,7 +88,7 @@ def memory_plan_inputs(instances, defaults=None, default_engine=instance_plan.DE
             raise ServingError("each instance needs a name: %r" % (raw,))
         name = str(raw["name"])
         engine = raw.get("engine") or default_engine
-        instance_plan.engine_flags(engine)  # an unknown engine is refused here as in the serve stage
+        instance_plan.engine_descriptor(engine)  # an unknown engine is refused here as in the serve stage
         settings = without_none(instance_plan.ray_settings(
             raw, instance_plan.instance_settings(raw, defaults, engine), engine, name))
         gpu_list = normalize_gpus(raw.get("gpus"), facts if facts.get("present") else None,

@@ -28,6 +28,7 @@ from __future__ import absolute_import, division, print_function
 
 import posixpath
 
+from ansible_collections.llmops.serving.plugins.module_utils import engines
 from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 from ansible_collections.llmops.serving.plugins.plugin_utils.benchmark_report import threshold
 from ansible_collections.llmops.serving.plugins.plugin_utils.gateway_config import check_address
@@ -47,7 +48,6 @@ JOB_GATEWAY = "llmops_gateway"
 JOB_RAY = "llmops_ray"
 JOB_DCGM = "llmops_dcgm"
 JOB_AGENT = "llmops_agent"
-ENGINES = ("llama.cpp", "vllm")
 # Alerts about an instance's figures: silenced while the instance is down (its figures are gone then).
 INSTANCE_ALERTS = ("LlmopsRequestsStalled", "LlmopsDecodeBelowGate", "LlmopsTtftAboveGate")
 _DURATION_RE = whole(r"([0-9]+(ms|s|m|h|d|w|y))+")
@@ -132,10 +132,10 @@ def agent_plan(host, instances, options):
     credentials, warnings = [], []
     for name in sorted(instances or {}):
         entry = instances[name] or {}
-        engine = entry.get("engine") or "llama.cpp"
-        if engine not in ENGINES:
+        engine = entry.get("engine") or engines.DEFAULT_ENGINE
+        if engines.lookup(engine) is None:
             raise MonitoringError("instance %s: engine %r has no metrics mapping (known: %s)"
-                                  % (name, engine, ", ".join(ENGINES)))
+                                  % (name, engine, ", ".join(engines.names())))
         target, path = _host_port(entry.get("url"), "llmops_instances[%s].url" % name)
         if not is_loopback(target.rsplit(":", 1)[0].strip("[]")):
             warnings.append("instance %s binds %s: the agent scrapes it there, from the node itself"
@@ -198,22 +198,25 @@ def node_textfile(instances, models_dir=None, models_mount=None):
     slots, context = [], []
     for name in sorted(instances or {}):
         entry = instances[name] or {}
-        engine = entry.get("engine") or "llama.cpp"
+        engine = entry.get("engine") or engines.DEFAULT_ENGINE
+        descriptor = engines.lookup(engine)
         settings = entry.get("settings") or {}
         labels = 'llm_instance="%s",llm_engine="%s"' % (_escape(name), _escape(engine))
         lines.append('llmops_instance_info{%s,served_model_name="%s",model_sha256="%s",build_id="%s"} 1'
                      % (labels, _escape(_served(entry, name)), _escape(entry.get("model_sha256") or ""),
                         _escape(entry.get("build_id") or "")))
-        count = settings.get("parallel") if engine == "llama.cpp" else settings.get("max_num_seqs")
+        if descriptor is None:  # agent_plan refuses it; nothing says which settings are its slots
+            continue
+        count = settings.get(descriptor.slots_setting)
         if is_number(count):
             slots.append("llmops_instance_slots{%s} %d" % (labels, count))
-        tokens = settings.get("ctx_size") if engine == "llama.cpp" else settings.get("max_model_len")
+        tokens = settings.get(descriptor.context_setting)
         if is_number(tokens):
             context.append("llmops_instance_context_tokens{%s} %d" % (labels, tokens))
-    lines += ["# HELP llmops_instance_slots Requests an instance runs at once (llama.cpp parallel, vLLM "
-              "max_num_seqs).", "# TYPE llmops_instance_slots gauge"] + slots
-    lines += ["# HELP llmops_instance_context_tokens The context an instance was given (llama.cpp ctx_size, "
-              "vLLM max_model_len).", "# TYPE llmops_instance_context_tokens gauge"] + context
+    lines += ["# HELP llmops_instance_slots Requests an instance runs at once (%s)."
+              % _per_engine("slots_setting"), "# TYPE llmops_instance_slots gauge"] + slots
+    lines += ["# HELP llmops_instance_context_tokens The context an instance was given (%s)."
+              % _per_engine("context_setting"), "# TYPE llmops_instance_context_tokens gauge"] + context
     if models_mount:
         lines += ["# HELP llmops_models_filesystem The filesystem holding the models (its mount point).",
                   "# TYPE llmops_models_filesystem gauge",
@@ -224,7 +227,12 @@ def node_textfile(instances, models_dir=None, models_mount=None):
 
 # --- the monitoring host -----------------------------------------------------------------------------------
 
-def inventory_nodes(hosts, hostvars, default_engine="llama.cpp"):
+def _per_engine(field):
+    """'llama.cpp parallel, vLLM max_num_seqs': each engine's label and its descriptor's `field`."""
+    return ", ".join("%s %s" % (engine.label, getattr(engine, field)) for engine in engines.ENGINES.values())
+
+
+def inventory_nodes(hosts, hostvars, default_engine=engines.DEFAULT_ENGINE):
     """{host: {instance: {"engine": ...}}} of the monitored hosts: what role serving published
     (llmops_instances, from the fact cache) or, before it ran, what the inventory asks for
     (serving_instances)."""
@@ -258,7 +266,7 @@ def inventory_rules(nodes, min_decode_tps=None, max_ttft_s=None):
             names.add(name)
             expected.append({"record": "llmops:expected_instance", "expr": "vector(1)",
                              "labels": {"node": str(node), "llm_instance": name,
-                                        "llm_engine": entry.get("engine") or "llama.cpp"}})
+                                        "llm_engine": entry.get("engine") or engines.DEFAULT_ENGINE}})
     settings = (("llmops:gate:min_decode_tps", min_decode_tps, "validate_min_decode_tps"),
                 ("llmops:gate:max_ttft_seconds", max_ttft_s, "validate_max_ttft_s"))
     for name in sorted(names):

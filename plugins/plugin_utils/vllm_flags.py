@@ -78,12 +78,10 @@ SEED_CUDA12_RELEASE = "0.20.1"
 # torch loads when VLLM_ENABLE_CUDA_COMPATIBILITY=1: VLLM_CUDA_COMPATIBILITY_PATH, else
 # /usr/local/cuda-<torch's CUDA>/compat when it exists.
 FORWARD_COMPAT_ENV = {"VLLM_ENABLE_CUDA_COMPATIBILITY": "1"}
-# What the engine-neutral planner (instance_plan.py) needs to know of this engine (see its docstring).
+# What the engine-neutral planner (instance_plan.py) needs to know of this engine's command line (see its
+# docstring); the rest is the engine's descriptor, plugins/module_utils/engines.py.
 PROGRAM = "vllm"
 ROLE = "serving"
-BUILD_ROLE = "vllm"
-BUILD_FACT = "llmops_vllm"
-UNIT_PREFIX = "vllm-"
 # Loading, torch.compile and CUDA graph capture of a 27B model on two GPUs take many minutes.
 TIMEOUT_START_SEC = 1800
 # Host mode runs `<llmops_vllm.binary> serve ...`; the official vllm-openai image's entrypoint is
@@ -91,8 +89,8 @@ TIMEOUT_START_SEC = 1800
 SUBCOMMAND = ("serve",)
 # Tensor-parallel workers share tensors through /dev/shm: the container needs the host's IPC namespace.
 CONTAINER_ARGS = ("--ipc", "host")
-# vLLM reads its key from the environment (0600 env file), and guards only these paths with it.
-API_KEY_ENV = "VLLM_API_KEY"
+# vLLM reads its key from the environment (0600 env file: engines.VLLM.key_variable), and guards only these
+# paths with it.
 KEY_GUARDED_PATHS = "/v1, /v2 and /inference"
 OPEN_PATHS = "/metrics, /invocations, /pause, /update_weights and the other paths"
 # vLLM's own wait for its engine core (vllm/envs.py of the pinned wheel, default 600 s): the unit sets it to

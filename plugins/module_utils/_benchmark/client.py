@@ -9,7 +9,8 @@ Unique prompts (a random UUID and random words, so no prefix cache helps; the se
 are reported to prove it), warm-up requests that are not counted, then runs at given prompt lengths, output
 lengths and concurrency levels, all streaming. Per request: time to first token, prefill and decode tokens/s
 measured by the client, and the server's own figures where it returns them (llama-server's final-chunk
-`timings`; vLLM's speculative-decoding counters from /metrics, read before and after each run).
+`timings`; vLLM's speculative-decoding counters from /metrics, read before and after each run: the engine
+descriptor's spec_metrics, module_utils/engines.py).
 
 Python 3.6, standard library only. `benchmark()` is the entry point; it never raises for a failed request:
 errors are counted and reported per run. The API key never appears in what it returns.
@@ -25,21 +26,16 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+from ansible_collections.llmops.serving.plugins.module_utils import engines
 from ansible_collections.llmops.serving.plugins.module_utils._serving.env_file import parse_env_text
 from ansible_collections.llmops.serving.plugins.module_utils.secrets import SecretError, check_secret, scrub
 
 __metaclass__ = type
 
-ENGINES = ("llama.cpp", "vllm")
-# the variable holding the key in an engine's environment file when api_key_env is not given
-DEFAULT_KEY_VARIABLE = {"llama.cpp": "LLAMA_API_KEY", "vllm": "VLLM_API_KEY"}
 DEFAULT_RUNS = (
     {"prompt_tokens": 1024, "max_tokens": 256, "concurrency": 1, "requests": 3},
     {"prompt_tokens": 1024, "max_tokens": 256, "concurrency": 2, "requests": 4},
 )
-# vLLM's speculative decoding counters (Prometheus text on /metrics)
-VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-VLLM_DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
 # warm-ups that calibrate words -> tokens: two different lengths give the slope and the template overhead
 CALIBRATION_WORDS = (48, 192)
 WARMUP_MAX_TOKENS = 8
@@ -77,6 +73,14 @@ class BenchmarkError(Exception):
     """The benchmark cannot start (no model list, bad key file...); the message never holds the key."""
 
 
+def engine_descriptor(engine):
+    """The descriptor of `engine` (module_utils/engines.py); BenchmarkError when there is none."""
+    descriptor = engines.lookup(engine)
+    if descriptor is None:
+        raise BenchmarkError("engine must be one of %s, got %r" % (", ".join(engines.names()), engine))
+    return descriptor
+
+
 # --- the API key --------------------------------------------------------------------------------------------
 
 def parse_env_file(text):
@@ -84,9 +88,11 @@ def parse_env_file(text):
     return parse_env_text(text)
 
 
-def read_api_key(api_key=None, api_key_file=None, env_file=None, api_key_env=None, engine="llama.cpp"):
+def read_api_key(api_key=None, api_key_file=None, env_file=None, api_key_env=None,
+                 engine=engines.DEFAULT_ENGINE):
     """The key from one of: api_key; api_key_file (llama-server's --api-key-file: the first line that is
-    neither empty nor a '#' comment); env_file's api_key_env variable (default per engine). None if none."""
+    neither empty nor a '#' comment); env_file's api_key_env variable (default: the engine descriptor's
+    key_variable). None if none."""
     try:
         if api_key:
             return check_secret(api_key, "api_key")
@@ -97,7 +103,7 @@ def read_api_key(api_key=None, api_key_file=None, env_file=None, api_key_env=Non
                     return check_secret(line, "the key in api_key_file %s" % api_key_file)
             raise BenchmarkError("api_key_file %s holds no key" % api_key_file)
         if env_file:
-            variable = api_key_env or DEFAULT_KEY_VARIABLE.get(engine, "VLLM_API_KEY")
+            variable = api_key_env or engine_descriptor(engine).key_variable
             key = parse_env_file(_read_text(env_file, "env_file")).get(variable)
             if not key:
                 raise BenchmarkError("env_file %s does not set %s" % (env_file, variable))
@@ -733,8 +739,9 @@ class Benchmark:
             self.last_error = record["error"] or "the server answered without usage.prompt_tokens"
 
     def measure(self, run):
-        counters = (VLLM_ACCEPTED, VLLM_DRAFTED)
-        before = scrape_counters(self.endpoint, counters) if self.engine == "vllm" else {}
+        # (accepted, drafted) on /metrics, or None: the figures come in the last chunk's timings
+        counters = engine_descriptor(self.engine).spec_metrics
+        before = scrape_counters(self.endpoint, counters) if counters else {}
         words = self.calibration.words_for(run["prompt_tokens"])
         records, wall = run_concurrently(run["requests"], run["concurrency"],
                                          lambda _index: self.send(words, run["max_tokens"]))
@@ -745,13 +752,12 @@ class Benchmark:
         return summarize_run(run, records, wall, spec)
 
 
-def benchmark(url, engine="llama.cpp", model=None, api_key=None, runs=None, warmup_requests=2,
+def benchmark(url, engine=engines.DEFAULT_ENGINE, model=None, api_key=None, runs=None, warmup_requests=2,
               timeout=300.0, seed=None):
     """Benchmark the endpoint at url. Returns the module's result (see plugins/modules/llm_benchmark.py):
     {url, engine, model, calibration, runs: [...], summary: {...}, errors, failed}.
     Raises BenchmarkError when it cannot start (bad options, no model, no warm-up answered)."""
-    if engine not in ENGINES:
-        raise BenchmarkError("engine must be one of %s, got %r" % (", ".join(ENGINES), engine))
+    engine_descriptor(engine)
     check_options(timeout=timeout, warmup_requests=warmup_requests, runs=runs)
     runs = normalize_runs(runs)
     endpoint = Endpoint(url, api_key, timeout)

@@ -12,6 +12,7 @@ both of llama-server's slots) and measures their load with it. So llm_benchmark 
                   else GET /metrics (with --metrics: llamacpp:requests_processing, llamacpp:requests_deferred)
     vLLM          GET /metrics (vllm:num_requests_running, vllm:num_requests_waiting, summed over engines)
 
+(the engine descriptor's slots_path and load_metrics, module_utils/engines.py)
 with the instance's key (llama-server guards both endpoints with it; the key never appears in what is
 returned). `check_load()` applies the policy: `measure` (record the load, measure anyway), `skip` (busy:
 do not measure), `wait` (poll until idle, at most `wait_s` seconds, then skip). A server that exposes none of
@@ -29,16 +30,13 @@ import time
 from ansible_collections.llmops.serving.plugins.module_utils._benchmark.client import (
     BenchmarkError,
     Endpoint,
+    engine_descriptor,
     scrape_counters,
 )
 
 __metaclass__ = type
 
 POLICIES = ("wait", "skip", "measure")
-LLAMA_PROCESSING = "llamacpp:requests_processing"
-LLAMA_DEFERRED = "llamacpp:requests_deferred"
-VLLM_RUNNING = "vllm:num_requests_running"
-VLLM_WAITING = "vllm:num_requests_waiting"
 
 
 def parse_slots(text):
@@ -61,9 +59,9 @@ def parse_slots(text):
     return processing, len(slots)
 
 
-def _slots(endpoint):
+def _slots(endpoint, path):
     try:
-        status, text = endpoint.get("/slots")
+        status, text = endpoint.get(path)
     except (socket.error, http_client.HTTPException):
         return None
     return parse_slots(text) if status == 200 else None
@@ -72,13 +70,13 @@ def _slots(endpoint):
 def read_load(endpoint, engine):
     """What the server is doing now: {"source", "processing", "waiting", "slots"}; source None (and counts
     None) when it exposes none of the endpoints above (then the load is unknown)."""
-    if engine == "llama.cpp":
-        slots = _slots(endpoint)
+    descriptor = engine_descriptor(engine)
+    if descriptor.slots_path:
+        slots = _slots(endpoint, descriptor.slots_path)
         if slots is not None:
-            return {"source": "/slots", "processing": slots[0], "waiting": None, "slots": slots[1]}
-        names = (LLAMA_PROCESSING, LLAMA_DEFERRED)
-    else:
-        names = (VLLM_RUNNING, VLLM_WAITING)
+            return {"source": descriptor.slots_path, "processing": slots[0], "waiting": None,
+                    "slots": slots[1]}
+    names = descriptor.load_metrics  # (running, waiting)
     gauges = scrape_counters(endpoint, names)
     if names[0] not in gauges:
         return {"source": None, "processing": None, "waiting": None, "slots": None}

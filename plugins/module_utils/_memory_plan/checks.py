@@ -18,6 +18,8 @@ from __future__ import absolute_import, division, print_function
 
 import math
 
+from ansible_collections.llmops.serving.plugins.module_utils import engines
+
 __metaclass__ = type
 
 MAX_PARALLEL = 256          # llama.cpp's server: at most 256 slots
@@ -156,8 +158,9 @@ def check_vllm_settings(settings, name):
                          % (name, tp * pp, MAX_RANKS))
 
 
-def check_instance(inst, n):
-    """One entry of `instances`: its shape, and its settings for its engine. Returns its name."""
+def check_instance(inst, n, settings_check):
+    """One entry of `instances`: its shape, and its settings for its engine (settings_check(engine) is the
+    engine's check, plan.settings_check). Returns its name."""
     if not isinstance(inst, dict):
         raise InputError("instances[%d] must be a mapping (name, engine, gpus, settings, model...), got %s"
                          % (n, _brief(inst)))
@@ -167,7 +170,8 @@ def check_instance(inst, n):
     name = str(raw_name or "instance%d" % n)
     engine = inst.get("engine")
     if engine is not None and not isinstance(engine, str):
-        raise InputError("instance %s: engine must be llama.cpp or vllm, got %s" % (name, _brief(engine)))
+        raise InputError("instance %s: engine must be %s, got %s"
+                         % (name, " or ".join(engines.names()), _brief(engine)))
     settings = inst.get("settings")
     if settings is not None and not isinstance(settings, dict):
         raise InputError("instance %s: settings must be a mapping of the engine's settings, got %s"
@@ -189,10 +193,7 @@ def check_instance(inst, n):
             if isinstance(index, (dict, list, float, bool)):
                 raise InputError("instance %s: gpus must be a list of GPU indexes, got %s"
                                  % (name, _brief(gpus)))
-    if str(engine or "llama.cpp").lower() == "vllm":
-        check_vllm_settings(settings, name)
-    else:
-        check_llama_settings(settings, name)
+    settings_check(engine)(settings, name)
     return name
 
 

@@ -10,7 +10,7 @@ llama-memory-recurrent.cpp, llama-context.cpp, llama-model.cpp, common/speculati
 names what it mirrors. The model is gguf_info's summary (plugins/module_utils/_model_format/gguf.py summarize()). The
 draft context's cache types are the command line's (llama_cpp_spec.py, shared with the flag table).
 
-The llama.cpp entry of memory_plan.ENGINES (memory_plan.py lists what an engine module provides).
+The planner engines.LLAMA_CPP names (plan.PLANNERS; plan.py lists what a planner module provides).
 Plain Python 3.6, standard library only, importable without Ansible.
 """
 
@@ -21,6 +21,7 @@ __metaclass__ = type
 import math
 import os
 
+from ansible_collections.llmops.serving.plugins.module_utils import engines
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.llama_cpp_spec import (
     DEFAULT_CACHE_TYPE,
     draft_cache_types,
@@ -28,6 +29,7 @@ from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.llama_
 )
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.checks import (
     MAX_PARALLEL,
+    check_llama_settings,
     check_model_numbers,
 )
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.common import (
@@ -42,9 +44,9 @@ from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.common
     plan_options,
 )
 
-ENGINE = "llama.cpp"
-# The engine names an instance may give for this engine.
-NAMES = ("llama.cpp", "llama_cpp", "llama-cpp", "llamacpp")
+ENGINE = engines.LLAMA_CPP.name
+# The instance's settings in range (plan.settings_check).
+check_settings = check_llama_settings
 
 # CUDA context + cuBLAS workspace + the CUDA runtime's own allocations per GPU, which no llama.cpp log line
 # counts (nvidia-smi shows them). Measured on Ada/Hopper with CUDA 12: 300-600 MiB per process and GPU.
@@ -635,7 +637,7 @@ def plan_llama_cpp(model, gpus, settings, name="instance", overhead_mib=DEFAULT_
     # llama.cpp's own limit, not a guess: 99 slots fit a 27B model on the L20 line
     max_parallel = _largest(lambda p: fits_with(parallel=p), 1, MAX_PARALLEL)
     plan = {
-        "name": name, "engine": "llama.cpp", "fits": fits,
+        "name": name, "engine": ENGINE, "fits": fits,
         "ctx_size": s["ctx_size"], "parallel": s["parallel"], "kv_unified": s["kv_unified"],
         "tensor_split": fractions if len(gpus) > 1 else None, "tensor_split_derived": derived,
         "host": host, "gpus": rows,
@@ -667,7 +669,7 @@ def plan_llama_cpp_host(model, settings, name="instance", host_memory_mib=None,
     headroom = None if host_memory_mib is None else int(host_memory_mib) - total_mib
     fits = None if headroom is None else headroom >= int(min_headroom_mib)
     plan = {
-        "name": name, "engine": "llama.cpp", "fits": fits, "device": "host",
+        "name": name, "engine": ENGINE, "fits": fits, "device": "host",
         "ctx_size": s["ctx_size"], "parallel": s["parallel"], "kv_unified": s["kv_unified"],
         "tensor_split": None, "tensor_split_derived": False, "pipeline_parallel": False,
         "host": host, "host_memory_mib": host_memory_mib, "host_headroom_mib": headroom, "gpus": [],

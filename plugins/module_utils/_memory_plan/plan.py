@@ -6,10 +6,12 @@
 """Memory planner for llmops.serving.memory_plan_info: what an instance will allocate, per GPU, before it
 starts.
 
-The same for every engine: one plan per instance of a host, by the engine the instance names. What differs
-per engine is a module of :data:`ENGINES` that provides
+The same for every engine: one plan per instance of a host, by the engine the instance names (its
+descriptor, module_utils/engines.py: the names an instance may give for it are its name and aliases). What
+differs per engine is the module of :data:`PLANNERS` its descriptor's ``planner`` names, which provides
 
-* ``ENGINE`` (the name its plans carry) and ``NAMES`` (the names an instance may give for it);
+* ``ENGINE`` (the name its plans carry);
+* ``check_settings(settings, name)``: the instance's settings in range (InputError);
 * ``plan(model, gpus, settings, name=, **options)``: the plan on these GPUs (llmops_gpus entries);
 * ``model_not_on_node(inst)``: why the instance's model cannot be read on this node yet, or None;
 * ``plan_entry(inst, name, node)``: the instance's plan on this host; `node` is what plan_instances knows
@@ -26,6 +28,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.llmops.serving.plugins.module_utils import engines
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import llama_cpp as memory_plan_llama_cpp
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import vllm as memory_plan_vllm
 from ansible_collections.llmops.serving.plugins.module_utils._model_format.gguf import GGUFError
@@ -63,21 +66,28 @@ from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.vllm i
     vllm_summary,
 )
 
-ENGINES = {memory_plan_llama_cpp.ENGINE: memory_plan_llama_cpp, memory_plan_vllm.ENGINE: memory_plan_vllm}
-DEFAULT_ENGINE = memory_plan_llama_cpp.ENGINE
+# A descriptor's planner (the module's name) -> that planner.
+PLANNERS = {module.__name__.rsplit(".", 1)[1]: module for module in (memory_plan_llama_cpp, memory_plan_vllm)}
 
 
 def engine_planner(engine, name="instance"):
-    """The engine module of ENGINES that plans `engine` (one of its NAMES, any case)."""
-    engine = str(engine or DEFAULT_ENGINE).lower()
-    for module in ENGINES.values():
-        if engine in module.NAMES:
-            return module
-    raise PlanError("instance %s: unknown engine %r (llama.cpp or vllm)" % (name, engine))
+    """The planner module of `engine` (its descriptor's name or an alias, any case)."""
+    engine = str(engine or engines.DEFAULT_ENGINE).lower()
+    descriptor = engines.by_alias(engine)
+    if descriptor is None:
+        raise PlanError("instance %s: unknown engine %r (%s)" % (name, engine, " or ".join(engines.names())))
+    return PLANNERS[descriptor.planner]
+
+
+def settings_check(engine):
+    """check_instance's check of an instance's settings: its engine's planner's check_settings (the default
+    engine's for an unknown engine, which engine_planner refuses after)."""
+    descriptor = engines.by_alias(str(engine or engines.DEFAULT_ENGINE)) or engines.or_default(None)
+    return PLANNERS[descriptor.planner].check_settings
 
 
 def plan_instance(engine, model, gpus, settings, name="instance", **options):
-    """Dispatch on the engine: 'llama.cpp' (model = gguf_info's result) or 'vllm' (model =
+    """Dispatch on the engine's planner: llama.cpp's (model = gguf_info's result) or vLLM's (model =
     vllm_model_summary's result)."""
     return engine_planner(engine, name).plan(model, gpus, settings, name=name, **options)
 
@@ -96,7 +106,7 @@ def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, ba
         gpus = check_gpu_entries(gpus)  # the whole llmops_gpus fact or its list
         if instances is not None and not isinstance(instances, list):
             raise InputError("instances must be a list of instance mappings")
-        names = [check_instance(inst, n) for n, inst in enumerate(instances or [])]
+        names = [check_instance(inst, n, settings_check) for n, inst in enumerate(instances or [])]
     except InputError as exc:
         raise PlanError(str(exc)) from None
     node = {"gpus": gpus or [], "basis": basis, "overhead_mib": overhead_mib,
@@ -105,7 +115,7 @@ def plan_instances(instances, gpus, overhead_mib=None, min_headroom_mib=None, ba
     plans, messages, refusals = {}, [], []
     for n, inst in enumerate(instances or []):
         name = names[n]
-        engine = str(inst.get("engine") or DEFAULT_ENGINE).lower()
+        engine = str(inst.get("engine") or engines.DEFAULT_ENGINE).lower()
         planner = engine_planner(engine, name)
         unknown = planner.model_not_on_node(inst)
         if unknown:

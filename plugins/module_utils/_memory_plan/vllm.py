@@ -9,7 +9,7 @@ The model is vllm_model_summary(model_dir) (HF config.json + safetensors sizes);
 profiling: weights + activation peak + KV blocks under gpu_memory_utilization, on one node or on a Ray
 cluster.
 
-Registered in memory_plan.ENGINES as vllm. Plain Python 3.6, standard library only, importable without
+The planner engines.VLLM names (plan.PLANNERS). Plain Python 3.6, standard library only, importable without
 Ansible.
 """
 
@@ -20,6 +20,7 @@ __metaclass__ = type
 import json
 import os
 
+from ansible_collections.llmops.serving.plugins.module_utils import engines
 from ansible_collections.llmops.serving.plugins.module_utils._model_format import safetensors
 from ansible_collections.llmops.serving.plugins.module_utils._model_format.gguf import DEFAULT_LIMITS
 from ansible_collections.llmops.serving.plugins.module_utils._files.local_read import LocalReadError
@@ -27,6 +28,7 @@ from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.checks
     MAX_CTX,
     InputError,
     check_model_numbers,
+    check_vllm_settings,
     number,
 )
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.common import (
@@ -41,9 +43,9 @@ from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.common
     plan_options,
 )
 
-ENGINE = "vllm"
-# The engine names an instance may give for this engine.
-NAMES = ("vllm",)
+ENGINE = engines.VLLM.name
+# The instance's settings in range (plan.settings_check).
+check_settings = check_vllm_settings
 
 # vLLM: CUDA context + PyTorch/NCCL per rank outside its KV pool (seed 003: ~1,700 MiB per card with TP 2).
 DEFAULT_VLLM_OVERHEAD_MIB = 1700
@@ -293,7 +295,7 @@ def _vllm_pool_plan(name, rows, util, weights, per_token, max_len, **layout):
     holds the same share of each sequence), in tokens and in max_model_len sequences. `layout`: the
     parallel sizes (and the Ray cluster and its nodes)."""
     kv_tokens = min(r["kv"] for r in rows) // per_token if per_token else 0
-    plan = {"name": name, "engine": "vllm"}
+    plan = {"name": name, "engine": ENGINE}
     plan.update(layout)
     plan.update({
         "gpu_memory_utilization": util, "weights_per_rank": weights, "kv_bytes_per_token": per_token,

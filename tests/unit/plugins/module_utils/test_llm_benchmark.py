@@ -13,6 +13,7 @@ import time
 
 import pytest
 from ansible_collections.llmops.serving.plugins.module_utils._benchmark import client as lb
+from ansible_collections.llmops.serving.plugins.module_utils.engines import VLLM
 
 from tests.fixtures.fake_openai.server import FakeOpenAI
 from tests.helpers import ROOT, wait_healthy
@@ -278,10 +279,10 @@ def test_scrape_counters_sums_label_sets_and_tolerates_absence():
     with FakeOpenAI(engine="vllm") as fake:
         fake.spec_counters.update(draft=9, accepted=5)
         endpoint = lb.Endpoint(fake.url)
-        assert lb.scrape_counters(endpoint, (lb.VLLM_ACCEPTED, lb.VLLM_DRAFTED)) == {
-            lb.VLLM_ACCEPTED: 5.0, lb.VLLM_DRAFTED: 9.0}
+        accepted, drafted = VLLM.spec_metrics
+        assert lb.scrape_counters(endpoint, (accepted, drafted)) == {accepted: 5.0, drafted: 9.0}
     with FakeOpenAI(engine="llama.cpp") as fake:
-        assert lb.scrape_counters(lb.Endpoint(fake.url), (lb.VLLM_DRAFTED,)) == {}
+        assert lb.scrape_counters(lb.Endpoint(fake.url), (drafted,)) == {}
 
 
 # --- the key ---------------------------------------------------------------------------------------------
