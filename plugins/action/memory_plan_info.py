@@ -8,9 +8,9 @@ The planner is arithmetic on what the task is given: the GPUs (llmops_gpus), the
 instance's model metadata (gguf_info's or the snapshot's summary, which the roles pass as `model`). Running
 that as a module costs a round trip to the node and a Python start there (half a second a call, twice a run:
 preflight and the serve stage) for no reading of the node. So this action plans on the controller with the
-same code (module_utils/_memory_plan/plan.py plan_result) and the module's own argument spec, and runs the module
-on the node only when an instance names its model by a path there (model_path, a vLLM model directory), which
-only the node can read.
+same code (module_utils/_memory_plan/plan.py plan_result) and the module's own argument spec, and runs
+the module on the node only when an instance names its model by a path there (model_path, a vLLM model
+directory), which only the node can read.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -22,8 +22,8 @@ description:
     path, and the variable that moves it - with the candidate filesystem of O(candidates) that has the most
     room ("/ has 12.3 GiB free, the run writes ~31.0 GiB there - ...; set llama_cpp_build_root to a path on
     /home (2.4 TiB free)").
-  - The arithmetic is in C(plugins/module_utils/_files/disk_plan.py). Read-only (formerly C(disk_space), a name
-    that redirects here until 1.0.0).
+  - The arithmetic is in C(plugins/module_utils/_files/disk_plan.py). Read-only (formerly C(disk_space), a
+    name that redirects here until 1.0.0).
 options:
   writes:
     description:

@@ -434,9 +434,11 @@ remote:
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils._download import messages as download_messages  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils._download import options as download_options  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf_remote  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils._download import sidecar as model_sidecar  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import (  # noqa: E402
+    gguf,
+    gguf_remote,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = download_options.header_read_argument_spec(

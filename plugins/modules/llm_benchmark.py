@@ -246,7 +246,7 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils import engines  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils._benchmark import client as llm_benchmark
+from ansible_collections.llmops.serving.plugins.module_utils._benchmark import client as llm_benchmark  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils._benchmark import load as llm_load  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 

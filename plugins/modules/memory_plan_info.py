@@ -187,8 +187,8 @@ refusals:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import plan as memory_plan  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(

@@ -228,12 +228,12 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils._download.messages import (  # noqa: E402
     run_in_module,
 )
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils._snapshot.fetch import run  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils._snapshot.options import (  # noqa: E402
     OPTIONS,
     argument_spec,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 
 def main():

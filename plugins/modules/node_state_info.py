@@ -25,7 +25,8 @@ description:
   - One module call for what a role would otherwise ask with one stat, group, user or file task each. Role
     serving reads its service account, key directory, models and engines this way and runs the tasks that
     change them only where something is not as they would leave it (a no-op run asks the node once).
-  - The reading is in C(plugins/module_utils/_serving/node_state.py); whether an account or a path is in place is
+  - The reading is in C(plugins/module_utils/_serving/node_state.py); whether an account or a path is in
+    place is
     decided on the controller (C(plugins/plugin_utils/node_state.py)). Read-only.
 options:
   paths:
@@ -96,11 +97,11 @@ groups:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils._serving.node_state import (  # noqa: E402
     NodeStateError,
     read_state,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = dict(
     paths=dict(type="list", elements="path", default=[]),

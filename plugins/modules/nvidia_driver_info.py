@@ -233,7 +233,6 @@ runfile_message:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils._gpu.driver import (  # noqa: E402
     STAGES,
     driver_plan,
@@ -249,6 +248,7 @@ from ansible_collections.llmops.serving.plugins.module_utils._gpu.runfile import
     read_runfile_install,
     runfile_plan,
 )
+from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 
 def installed_module_version(module):

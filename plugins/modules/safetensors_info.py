@@ -102,8 +102,10 @@ from ansible_collections.llmops.serving.plugins.module_utils._download import me
 from ansible_collections.llmops.serving.plugins.module_utils._download import options as download_options  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import common as memory_plan_common  # noqa: E402
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import vllm as memory_plan_vllm  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import safetensors  # noqa: E402
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import safetensors_remote  # noqa: E402
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import (  # noqa: E402
+    safetensors,
+    safetensors_remote,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.module_guard import run_module  # noqa: E402
 
 ARGUMENT_SPEC = download_options.header_read_argument_spec(

@@ -24,7 +24,8 @@ description:
   - Outside hosts are reached through the node's proxy variables (the module's environment, else
     C(/etc/environment)), as yum, docker and git on the node would; loopback never goes through a proxy.
   - Fails naming every unreachable source, its error, the role that needs it and the C(llmops_mirrors) key or
-    offline bundle entry that replaces it. Read-only. The logic is in C(plugins/module_utils/_software/source_plan.py).
+    offline bundle entry that replaces it. Read-only. The logic is in
+    C(plugins/module_utils/_software/source_plan.py).
 options:
   sources:
     description:

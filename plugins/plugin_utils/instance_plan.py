@@ -370,8 +370,8 @@ def runtime_cuda(build, mode, override):
 
 
 def cuda_decision(name, engine, flags, build, mode, override, gpu_facts, gpu_list, forward_compat):
-    """CUDA's compatibility rules (module_utils/_gpu/cuda_compat.py) for one instance: the plan's `cuda` record
-    {decision, runtime_cuda, source, driver, minimum_driver, message}, its warnings, and the refusal (a
+    """CUDA's compatibility rules (module_utils/_gpu/cuda_compat.py) for one instance: the plan's `cuda`
+    record {decision, runtime_cuda, source, driver, minimum_driver, message}, its warnings, and the refusal (a
     message naming the instance, the runtime's version, where its CUDA was read and the ways out) or None."""
     if forward_compat is not None and not isinstance(forward_compat, bool):
         raise ServingError("instance %s: cuda_forward_compat must be true or false, got %r"

@@ -32,7 +32,9 @@ import re
 from collections import OrderedDict
 
 from ansible_collections.llmops.serving.plugins.module_utils._gpu.names import gpu_key
-from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.llama_cpp_spec import draft_cache_settings
+from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.llama_cpp_spec import (
+    draft_cache_settings,
+)
 from ansible_collections.llmops.serving.plugins.plugin_utils.flag_table import (
     ONOFF,
     FlagTable,
@@ -60,7 +62,8 @@ SUBCOMMAND = ()
 CONTAINER_ARGS = ()
 OPEN_PATHS = None           # --api-key-file guards every endpoint but /health
 KEY_GUARDED_PATHS = None
-# When the node's driver cannot run the build's CUDA (plugins/module_utils/_gpu/cuda_compat.py): the ways round it
+# When the node's driver cannot run the build's CUDA (plugins/module_utils/_gpu/cuda_compat.py): the ways
+# round it
 # that belong to this engine, listed before "upgrade the driver" and forward compatibility.
 CUDA_WAYS_OUT = (
     "rebuild llama.cpp with a CUDA toolkit the driver runs (role llama_cpp: llama_cpp_builder_image_tag and "
@@ -350,7 +353,8 @@ def build_argv(settings, model=None, host=None, port=None, api_key_file=None, ex
                "api_key_file": api_key_file}
     if settings.get("main_gpu") is not None:
         settings["main_gpu"] = relative_main_gpu(settings["main_gpu"], gpus)
-    # a draft context's KV cache follows the main cache types unless set (module_utils/_memory_plan/llama_cpp_spec.py)
+    # a draft context's KV cache follows the main cache types unless set
+    # (module_utils/_memory_plan/llama_cpp_spec.py)
     settings.update(draft_cache_settings(settings))
     split = settings.get("tensor_split")
     if isinstance(split, (list, tuple)) and gpus and len(split) != len(gpus):

@@ -317,8 +317,10 @@ def test_prometheus_and_alertmanager_flags():
 
 
 def test_the_collector_runs_from_the_files_the_role_copies(tmp_path):
-    """The node gets only _monitoring_collector_files: the entry point must import from them alone (_gpu/smi.py
-    imports bounded_run, _gpu/cuda_compat, _gpu/names and validators; a missing one is an ImportError every run)."""
+    """The node gets only _monitoring_collector_files: the entry point must import from them alone
+    (_gpu/smi.py
+    imports bounded_run, _gpu/cuda_compat, _gpu/names and validators; a missing one is an ImportError every
+    run)."""
     variables = role_vars(NODE_ROLE)
     files = role_templar(NODE_ROLE, variables).template(variables["_monitoring_collector_files"])
     package = tmp_path / "ansible_collections" / "llmops" / "serving" / "plugins" / "module_utils"
@@ -326,7 +328,8 @@ def test_the_collector_runs_from_the_files_the_role_copies(tmp_path):
     for name in files:
         shutil.copy(os.path.join(ROOT, "plugins", "module_utils", name), str(package / name))
     code = ("import sys; sys.path.insert(0, %r); "
-            "from ansible_collections.llmops.serving.plugins.module_utils._gpu import metrics as gpu_metrics; "
+            "from ansible_collections.llmops.serving.plugins.module_utils._gpu import metrics as gpu_metrics;"
+            " "
             "print(gpu_metrics.__file__)" % str(tmp_path))
     # -S -I: no site-packages, no PYTHONPATH, so nothing of this checkout's collection is found elsewhere
     proc = subprocess.run(["python3", "-S", "-I", "-c", code], stdout=subprocess.PIPE,

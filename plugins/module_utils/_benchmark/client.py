@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """Benchmark an OpenAI-compatible endpoint (llama-server or vLLM) the way seed 003 does by hand.
 
 Unique prompts (a random UUID and random words, so no prefix cache helps; the server's cached prompt tokens
@@ -84,7 +84,8 @@ def engine_descriptor(engine):
 # --- the API key --------------------------------------------------------------------------------------------
 
 def parse_env_file(text):
-    """{name: value} of an env file, read as serving writes it (module_utils/_serving/env_file.py: the one reader)."""
+    """{name: value} of an env file, read as serving writes it (module_utils/_serving/env_file.py: the one
+    reader)."""
     return parse_env_text(text)
 
 

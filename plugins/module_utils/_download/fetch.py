@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """Verified, resumable, parallel model downloads (logic of ``llmops.serving.model_download``): one run
 is ``decide()`` (what to do per file, and why) then ``apply()`` (do it); check mode returns the decision.
 
@@ -131,6 +131,12 @@ from ansible_collections.llmops.serving.plugins.module_utils._download.parts imp
     state_path,
 )
 from ansible_collections.llmops.serving.plugins.module_utils._download.progress import run_with_progress
+from ansible_collections.llmops.serving.plugins.module_utils._download.sidecar import (
+    read_sidecar_record,
+    sidecar_matches_file,
+    sidecar_path,
+    write_sidecar_record,
+)
 from ansible_collections.llmops.serving.plugins.module_utils._download.source import (
     HEX40,
     build_targets,
@@ -139,12 +145,6 @@ from ansible_collections.llmops.serving.plugins.module_utils._download.source im
     resolve_url,
 )
 from ansible_collections.llmops.serving.plugins.module_utils._download.transfer import FileDownload
-from ansible_collections.llmops.serving.plugins.module_utils._download.sidecar import (
-    read_sidecar_record,
-    sidecar_matches_file,
-    sidecar_path,
-    write_sidecar_record,
-)
 from ansible_collections.llmops.serving.plugins.module_utils._files.safe import (
     DestLock,
     check_own_path,

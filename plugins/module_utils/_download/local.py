@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """``file://`` URLs for model_download and gguf_info: a file on the node (an offline bundle's model, issue 33)
 read through the same code as a download, so it gets the same verification (size, sha256, quarantine, the
 sidecar record) and a verified model is never replaced by unverified bytes.

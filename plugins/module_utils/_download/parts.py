@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """Where a download resumes: the partial file ``<file>.part`` and its state ``<file>.part.json``.
 
 The state lists the byte ranges already written and what they belong to (size, sha256, source, the
@@ -23,10 +23,13 @@ import json
 import os
 import stat
 
-from ansible_collections.llmops.serving.plugins.module_utils._files.disk_plan import existing_ancestor, mount_point
 from ansible_collections.llmops.serving.plugins.module_utils._download.messages import DownloadError, human
 from ansible_collections.llmops.serving.plugins.module_utils._download.ranges import Ranges
 from ansible_collections.llmops.serving.plugins.module_utils._download.sidecar import sidecar_path
+from ansible_collections.llmops.serving.plugins.module_utils._files.disk_plan import (
+    existing_ancestor,
+    mount_point,
+)
 from ansible_collections.llmops.serving.plugins.module_utils._files.safe import (
     lock_path,
     read_json,

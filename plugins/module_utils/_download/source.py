@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """Where a model file comes from: the targets of a run (every part of a split GGUF set) and their
 metadata: from one HEAD (Hugging Face: the hub's sha256, size and commit; a plain URL's size and
 validators) or from the repo's file listing (ModelScope: ``Sha256``, ``Size`` and ``Revision`` per file).

@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """Files in a directory other users may write to: never follow a link, never open a FIFO, socket or
 device, write JSON to unguessable temporary names then rename, hash without blocking, and one run per
 destination file (flock).  Shared by model_download and the sidecar record store.

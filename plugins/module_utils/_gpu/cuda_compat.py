@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """CUDA's compatibility rules, in one place: can this NVIDIA driver run a program built for CUDA X.Y?
 
 Used on the node by gpu_facts (``require_cuda``, through gpu.py) and on the controller by the serving layer's

@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """NVIDIA GPU discovery for llmops.serving.gpu_facts: run nvidia-smi and parse it (checks.py checks it).
 
 Plain Python 3.6, standard library only, importable without Ansible (unit tests import it
@@ -16,8 +16,8 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.llmops.serving.plugins.module_utils.bounded_run import DEFAULT_MAX_BYTES, run_bounded
 from ansible_collections.llmops.serving.plugins.module_utils._gpu.cuda_compat import version_tuple
+from ansible_collections.llmops.serving.plugins.module_utils.bounded_run import DEFAULT_MAX_BYTES, run_bounded
 from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 
 # The query the product runs, in this order. Other roles depend on the facts built from it.

@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """memory_plan_info's inputs checked before any arithmetic (issue 23): every number the planner uses is finite
 and in the range the engine itself accepts, every structure has the shape the planner walks, and a refusal
 names the instance and the setting. Without these a NaN utilisation, `tensor_parallel_size: 0`, `gpus` given

@@ -2,12 +2,13 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """The memory planner's llama.cpp engine: what a llama-server instance allocates, per GPU and in host memory.
 
 The rules are the pinned llama.cpp's own (src/llama-hparams.cpp, llama-kv-cache.cpp,
 llama-memory-recurrent.cpp, llama-context.cpp, llama-model.cpp, common/speculative.cpp); each function
-names what it mirrors. The model is gguf_info's summary (plugins/module_utils/_model_format/gguf.py summarize()). The
+names what it mirrors. The model is gguf_info's summary (plugins/module_utils/_model_format/gguf.py
+summarize()). The
 draft context's cache types are the command line's (llama_cpp_spec.py, shared with the flag table).
 
 The planner engines.LLAMA_CPP names (plan.PLANNERS; plan.py lists what a planner module provides).
@@ -22,11 +23,6 @@ import math
 import os
 
 from ansible_collections.llmops.serving.plugins.module_utils import engines
-from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.llama_cpp_spec import (
-    DEFAULT_CACHE_TYPE,
-    draft_cache_types,
-    spec_types,
-)
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.checks import (
     MAX_PARALLEL,
     check_llama_settings,
@@ -42,6 +38,11 @@ from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.common
     int_setting,
     mib_text,
     plan_options,
+)
+from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.llama_cpp_spec import (
+    DEFAULT_CACHE_TYPE,
+    draft_cache_types,
+    spec_types,
 )
 
 ENGINE = engines.LLAMA_CPP.name

@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """Memory planner for llmops.serving.memory_plan_info: what an instance will allocate, per GPU, before it
 starts.
 
@@ -29,9 +29,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.llmops.serving.plugins.module_utils import engines
-from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import llama_cpp as memory_plan_llama_cpp
+from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import (
+    llama_cpp as memory_plan_llama_cpp,
+)
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import vllm as memory_plan_vllm
-from ansible_collections.llmops.serving.plugins.module_utils._model_format.gguf import GGUFError
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.checks import (
     InputError,
     check_gpu_entries,
@@ -65,6 +66,7 @@ from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.vllm i
     vllm_model_summary,
     vllm_summary,
 )
+from ansible_collections.llmops.serving.plugins.module_utils._model_format.gguf import GGUFError
 
 # A descriptor's planner (the module's name) -> that planner.
 PLANNERS = {module.__name__.rsplit(".", 1)[1]: module for module in (memory_plan_llama_cpp, memory_plan_vllm)}

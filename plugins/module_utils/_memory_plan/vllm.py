@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """The memory planner's vLLM engine, and its reader of an HF model directory.
 
 The model is vllm_model_summary(model_dir) (HF config.json + safetensors sizes); the rules are vLLM's
@@ -21,8 +21,6 @@ import json
 import os
 
 from ansible_collections.llmops.serving.plugins.module_utils import engines
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import safetensors
-from ansible_collections.llmops.serving.plugins.module_utils._model_format.gguf import DEFAULT_LIMITS
 from ansible_collections.llmops.serving.plugins.module_utils._files.local_read import LocalReadError
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.checks import (
     MAX_CTX,
@@ -42,6 +40,8 @@ from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.common
     not_planned,
     plan_options,
 )
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import safetensors
+from ansible_collections.llmops.serving.plugins.module_utils._model_format.gguf import DEFAULT_LIMITS
 
 ENGINE = engines.VLLM.name
 # The instance's settings in range (plan.settings_check).

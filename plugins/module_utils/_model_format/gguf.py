@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """GGUF structure check and model summary for llmops.serving.gguf_info.
 
 Reads ONLY the header, the key/value metadata and the tensor table of a GGUF file (never tensor data), with
@@ -25,7 +25,9 @@ import sys
 import time
 
 from ansible_collections.llmops.serving.plugins.module_utils._files import identity as file_identity
-from ansible_collections.llmops.serving.plugins.module_utils._model_format.chat_template import chat_template_risks
+from ansible_collections.llmops.serving.plugins.module_utils._model_format.chat_template import (
+    chat_template_risks,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 
 GGUF_MAGIC = b"GGUF"

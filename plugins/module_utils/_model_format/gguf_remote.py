@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """gguf_info for a GGUF that is not downloaded yet: its header (key/values and tensor table) read from a hub
 or a plain URL with HTTP Range requests, so a plan can run before 19 GB are fetched.
 
@@ -28,7 +28,6 @@ import tempfile
 from http import client as http_client
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
 from ansible_collections.llmops.serving.plugins.module_utils._download.http import (
     CountingSession,
     describe_error,
@@ -54,6 +53,7 @@ from ansible_collections.llmops.serving.plugins.module_utils._download.source im
     is_modelscope,
     resolve_url,
 )
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
 from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 
 __metaclass__ = type

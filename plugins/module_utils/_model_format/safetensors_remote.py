@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """safetensors_info for a model that is not downloaded yet: what the vLLM memory planner reads from a model
 directory (config.json and the *.safetensors sizes, memory_plan_vllm.vllm_model_summary), taken from the hub
 before anything is fetched, as gguf_remote does for a GGUF.
@@ -30,7 +30,6 @@ import json
 import os
 import tempfile
 
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import safetensors
 from ansible_collections.llmops.serving.plugins.module_utils._download.http import (
     CountingSession,
     refuse_html,
@@ -46,8 +45,9 @@ from ansible_collections.llmops.serving.plugins.module_utils._download.options i
     normalize,
 )
 from ansible_collections.llmops.serving.plugins.module_utils._download.source import Target, resolve_url
-from ansible_collections.llmops.serving.plugins.module_utils._model_format.gguf_remote import _RangeFile
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan.vllm import vllm_summary
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import safetensors
+from ansible_collections.llmops.serving.plugins.module_utils._model_format.gguf_remote import _RangeFile
 from ansible_collections.llmops.serving.plugins.module_utils._snapshot.listing import (
     MANIFEST_NAME,
     Budget,

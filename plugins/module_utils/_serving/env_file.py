@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """An instance's env file: how role serving spells it and the ONE reader of it (issue 23).
 
 Two spellings, as the two readers on the node need them:
@@ -16,7 +16,8 @@ The header the role writes says which (a container-mode file names ``docker run 
 a file may also say ``# llmops-env-format: docker`` or ``systemd``), so a reader never guesses:
 ``parse_env_text`` reads a file exactly as its own reader (systemd or docker) does. llm_benchmark reads keys
 with it, and so does roles/serving/files/serving-wait.py on the node: role serving installs this file beside
-the script in its package layout (roles/serving/tasks/wait_script.yml). Without one reader, a value written "sk-...\\n" was read
+the script in its package layout (roles/serving/tasks/wait_script.yml). Without one reader, a value written
+"sk-...\\n" was read
 back with its quote by the benchmark and the fleet smoke check, which then got 401 from a healthy instance.
 
 Plain Python 3.6, standard library only.

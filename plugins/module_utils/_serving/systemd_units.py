@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """What the stages read from systemd on the node, in one module call (llmops.serving.systemd_info).
 
     LIST_ARGV                     -> the arguments after systemctl that list the running services
@@ -23,8 +23,8 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
-from ansible_collections.llmops.serving.plugins.module_utils.bounded_run import run_bounded
 from ansible_collections.llmops.serving.plugins.module_utils._files.local_read import read_bytes
+from ansible_collections.llmops.serving.plugins.module_utils.bounded_run import run_bounded
 
 __metaclass__ = type
 

@@ -2,7 +2,7 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """Verified, resumable repository snapshots (logic of ``llmops.serving.model_snapshot``): a vLLM model
 directory (safetensors shards, config.json, tokenizer files) fetched from Hugging Face or ModelScope at one
 commit. A run is ``decide()`` (what to do, and why; writes nothing: check mode returns it) then
@@ -62,8 +62,6 @@ import stat
 import threading
 import time
 
-from ansible_collections.llmops.serving.plugins.module_utils._files import identity as file_identity
-from ansible_collections.llmops.serving.plugins.module_utils._snapshot import store
 from ansible_collections.llmops.serving.plugins.module_utils._download.http import Session
 from ansible_collections.llmops.serving.plugins.module_utils._download.messages import (
     DownloadError,
@@ -79,8 +77,13 @@ from ansible_collections.llmops.serving.plugins.module_utils._download.parts imp
     state_path,
 )
 from ansible_collections.llmops.serving.plugins.module_utils._download.progress import run_with_progress
-from ansible_collections.llmops.serving.plugins.module_utils._download.source import HEX40, Target, resolve_url
+from ansible_collections.llmops.serving.plugins.module_utils._download.source import (
+    HEX40,
+    Target,
+    resolve_url,
+)
 from ansible_collections.llmops.serving.plugins.module_utils._download.transfer import FileDownload
+from ansible_collections.llmops.serving.plugins.module_utils._files import identity as file_identity
 from ansible_collections.llmops.serving.plugins.module_utils._files.safe import (
     DestLock,
     check_own_path,
@@ -88,6 +91,7 @@ from ansible_collections.llmops.serving.plugins.module_utils._files.safe import 
     fsync_dir,
     open_regular,
 )
+from ansible_collections.llmops.serving.plugins.module_utils._snapshot import store
 from ansible_collections.llmops.serving.plugins.module_utils._snapshot.listing import (
     SnapFile,
     content_id,

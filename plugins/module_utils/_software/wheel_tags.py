@@ -2,7 +2,7 @@
 # Copyright: (c) 2026, llmops.serving contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Note: this module util is PRIVATE to llmops.serving; it can change at any time. Do not use it from other collections.
+# PRIVATE to llmops.serving: it can change at any time; do not import it from other collections.
 """Can this node install that wheel? Decided before pip downloads gigabytes.
 
 A wheel says what it needs in its file name (PEP 427/425 tags: ``cp38-abi3-manylinux_2_28_x86_64`` = CPython

@@ -17,8 +17,8 @@ import urllib.request
 
 import pytest
 import yaml
-from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu
 from ansible_collections.llmops.serving.plugins.module_utils._gpu import metrics as gpu_metrics
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu
 from ansible_collections.llmops.serving.plugins.plugin_utils import monitoring
 
 from tests.fixtures import llama_cpp_source

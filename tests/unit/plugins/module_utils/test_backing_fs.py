@@ -1,7 +1,8 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Docker's data-root needs d_type (overlay2): plugins/module_utils/_files/backing_fs.py with CentOS 7's mount table
+"""Docker's data-root needs d_type (overlay2): plugins/module_utils/_files/backing_fs.py with CentOS 7's
+mount table
 and real xfs_info outputs (tests/fixtures/el7), issue 35 point 6."""
 
 import os

@@ -1,7 +1,8 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The deployment lifecycle (plugins/module_utils/_serving/deployment.py) on real files in a temporary directory:
+"""The deployment lifecycle (plugins/module_utils/_serving/deployment.py) on real files in a temporary
+directory:
 deploy, the health gate's restore, commit, the fleet's swap, query; check mode; a failed write; the lock of
 one run from deploy to commit or restore; the checks before a swap; modes repaired; no linked directory."""
 
@@ -11,7 +12,11 @@ import stat
 
 import pytest
 from ansible_collections.llmops.serving.plugins.module_utils._serving import deployment
-from ansible_collections.llmops.serving.plugins.module_utils._serving.deployment import DeploymentError, LockHeld, run
+from ansible_collections.llmops.serving.plugins.module_utils._serving.deployment import (
+    DeploymentError,
+    LockHeld,
+    run,
+)
 
 UNIT_V1 = "[Service]\nEnvironmentFile=/etc/q.env\nExecStart=/opt/llama-server --port 8003\n"
 UNIT_V2 = "[Service]\nEnvironmentFile=/etc/q.env\nExecStart=/opt/llama-server --port 8003 --ctx-size 8192\n"

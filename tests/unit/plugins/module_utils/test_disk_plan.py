@@ -1,7 +1,8 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The arithmetic of the preflight disk check (plugins/module_utils/_files/disk_plan.py), on made-up filesystems."""
+"""The arithmetic of the preflight disk check (plugins/module_utils/_files/disk_plan.py), on made-up
+filesystems."""
 
 import os
 

@@ -13,11 +13,11 @@ import subprocess
 import sys
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils._files import disk_plan
 from ansible_collections.llmops.serving.plugins.module_utils._download import ranges as download_ranges
 from ansible_collections.llmops.serving.plugins.module_utils._download import source as download_source
 from ansible_collections.llmops.serving.plugins.module_utils._download import transfer as download_transfer
 from ansible_collections.llmops.serving.plugins.module_utils._download.messages import human
+from ansible_collections.llmops.serving.plugins.module_utils._files import disk_plan
 
 from tests.fixtures.disk_full import FullAt
 from tests.fixtures.fake_hub.helpers import (

@@ -120,8 +120,7 @@ def test_local_answers(src, tmp_path):
 def test_gguf_info_reads_the_header_of_a_bundle_file_without_a_sha256(tmp_path):
     """Preflight reads each model's header before the download (roles/model/tasks/headers.yml): for a bundle's
     model that is a file:// url, read like a remote one (gguf_info writes nothing, so no sha256 is needed)."""
-    from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
-    from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf_remote
+    from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf, gguf_remote
 
     from tests.fixtures.gguf.builder import tiny_qwen35
     path = tmp_path / "bundle" / "models" / "m" / "m.gguf"

@@ -8,9 +8,9 @@ import os
 import time
 
 import pytest
+from ansible_collections.llmops.serving.plugins.module_utils._download import sidecar as model_sidecar
 from ansible_collections.llmops.serving.plugins.module_utils._files import identity as file_identity
 from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
-from ansible_collections.llmops.serving.plugins.module_utils._download import sidecar as model_sidecar
 
 from tests.fixtures.gguf.builder import tiny_qwen35
 

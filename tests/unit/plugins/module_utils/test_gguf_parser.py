@@ -1,7 +1,8 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gguf_info's parser (plugins/module_utils/_model_format/gguf.py): crafted corpus, real vocab files, limits, split sets,
+"""gguf_info's parser (plugins/module_utils/_model_format/gguf.py): crafted corpus, real vocab files, limits,
+split sets,
 chat template risks and the sha256 sidecar shared with model_download."""
 import json
 import os
@@ -9,9 +10,8 @@ import shutil
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import chat_template
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
 from ansible_collections.llmops.serving.plugins.module_utils._download import sidecar as model_sidecar
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import chat_template, gguf
 
 from tests.fixtures import llama_cpp_source
 from tests.fixtures.gguf import make_corpus

@@ -9,9 +9,8 @@ import shutil
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf_remote
 from ansible_collections.llmops.serving.plugins.module_utils._download.messages import DownloadError
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf, gguf_remote
 
 from tests.fixtures.fake_hub.server import FakeHub
 from tests.fixtures.gguf.builder import ARRAY, STRING, UINT32, GGUFBuilder, tiny_qwen35

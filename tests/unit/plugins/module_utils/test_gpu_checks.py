@@ -4,8 +4,7 @@
 """gpu_facts checks (evaluate), version helpers and the compute-capability / CUDA tables."""
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils._gpu import cuda_compat
-from ansible_collections.llmops.serving.plugins.module_utils._gpu import checks
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import checks, cuda_compat
 from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu
 
 from tests.helpers import GPU_FACT_KEYS

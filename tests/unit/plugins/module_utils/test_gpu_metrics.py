@@ -8,8 +8,8 @@ import shutil
 import subprocess
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu
 from ansible_collections.llmops.serving.plugins.module_utils._gpu import metrics as gpu_metrics
+from ansible_collections.llmops.serving.plugins.module_utils._gpu import smi as gpu
 
 from tests.fixtures.fake_nvidia_smi import SCRIPT, fake_env
 

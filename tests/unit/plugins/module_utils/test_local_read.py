@@ -10,8 +10,8 @@ import signal
 from contextlib import contextmanager
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils._serving import firewall as fw
 from ansible_collections.llmops.serving.plugins.module_utils._files import local_read as lr
+from ansible_collections.llmops.serving.plugins.module_utils._serving import firewall as fw
 
 
 @contextmanager

@@ -14,8 +14,8 @@ import tempfile
 import time
 
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import plan as mp
+from ansible_collections.llmops.serving.plugins.module_utils._model_format import gguf
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB

@@ -1,7 +1,8 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Which EL 7 repository files el7_bootstrap rewrites (plugins/module_utils/_software/repo_config.py): a working file is
+"""Which EL 7 repository files el7_bootstrap rewrites (plugins/module_utils/_software/repo_config.py): a
+working file is
 left alone, one that is absent, names a dead mirror list or has a failing baseurl is rewritten, saying why."""
 import pytest
 from ansible_collections.llmops.serving.plugins.module_utils._software import repo_config as rc

@@ -10,10 +10,10 @@ import struct
 import time
 
 import pytest
+from ansible_collections.llmops.serving.plugins.module_utils._download.messages import DownloadError
 from ansible_collections.llmops.serving.plugins.module_utils._memory_plan import plan as mp
 from ansible_collections.llmops.serving.plugins.module_utils._model_format import safetensors as st
 from ansible_collections.llmops.serving.plugins.module_utils._model_format import safetensors_remote as sr
-from ansible_collections.llmops.serving.plugins.module_utils._download.messages import DownloadError
 
 from tests.fixtures.fake_hub import checkpoint
 from tests.fixtures.fake_hub.server import FakeHub

@@ -1,7 +1,8 @@
 # Copyright: contributors to llmops.serving
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The source plan (plugins/module_utils/_software/source_plan.py): one list from the roles' entries, what the node has
+"""The source plan (plugins/module_utils/_software/source_plan.py): one list from the roles' entries, what
+the node has
 is not probed, real probes against loopback servers (reachable, closed, silent past the deadline: bounded
 time), the node's proxy for outside hosts and never for loopback, and a refusal that names source and key."""
 import os

@@ -44,7 +44,8 @@ def run36(tmp_path, py36path, module, args):
 def test_every_module_util_imports_under_python36(py36path):
     base = os.path.join(ROOT, "plugins", "module_utils")
     files = glob.glob(os.path.join(base, "**", "*.py"), recursive=True)
-    names = sorted(os.path.relpath(p, base)[:-3].replace(os.sep, ".") for p in files if not p.endswith("__init__.py"))
+    names = sorted(os.path.relpath(p, base)[:-3].replace(os.sep, ".")
+                   for p in files if not p.endswith("__init__.py"))
     assert "_gpu.smi" in names and "validators" in names  # the packages and the top level
     code = "; ".join("import ansible_collections.llmops.serving.plugins.module_utils.%s" % n for n in names)
     proc = subprocess.run([PY36, "-c", code], env=dict(os.environ, PYTHONPATH=py36path),

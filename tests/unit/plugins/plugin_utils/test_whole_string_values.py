@@ -8,9 +8,9 @@ user means are still accepted (spaces where the file allows them).
 The template-level reproducers (ray.service, the timer, Prometheus' ARGS, Grafana's data source) are in
 tests/roles/test_hostile_template_values.py."""
 import pytest
-from ansible_collections.llmops.serving.plugins.module_utils._serving.deployment import DeploymentError, Paths
 from ansible_collections.llmops.serving.plugins.module_utils._download.messages import DownloadError
 from ansible_collections.llmops.serving.plugins.module_utils._download.sidecar import _HEX64 as SIDECAR_HEX64
+from ansible_collections.llmops.serving.plugins.module_utils._serving.deployment import DeploymentError, Paths
 from ansible_collections.llmops.serving.plugins.module_utils._snapshot.listing import check_listing
 from ansible_collections.llmops.serving.plugins.plugin_utils import gateway_config, monitoring, systemd
 from ansible_collections.llmops.serving.plugins.plugin_utils.env_files import check_env
