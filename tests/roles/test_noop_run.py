@@ -353,14 +353,14 @@ def test_preflight_plans_memory_from_this_run_s_headers_not_a_past_run_s_models(
     plays = load_yaml(os.path.join(ROOT, "playbooks", "preflight.yml"))
     include = next(t for t in plays[0]["tasks"]
                    if t.get("ansible.builtin.include_role", {}).get("tasks_from") == "memory_plan")
-    assert include["vars"] == {"_serving_memory_models": {}}
+    assert include["vars"] == {"serving_memory_models": {}}
     gather = task("roles/serving/tasks/memory_plan.yml", "Gather what the planner needs for each instance "
                   "(merged settings, model metadata, GPUs in order)")
-    assert "models=_serving_memory_models," in gather["ansible.builtin.set_fact"]["_serving_memory_inputs"]
-    variables = load_yaml(os.path.join(ROOT, "roles", "serving", "vars", "main.yml"))
+    assert "models=serving_memory_models," in gather["ansible.builtin.set_fact"]["_serving_memory_inputs"]
+    variables = load_yaml(os.path.join(ROOT, "roles", "serving", "defaults", "main.yml"))
     variables["llmops_models"] = {"q": {"path": "/m/q.gguf"}}
     # the serve stage (plan.yml imports memory_plan.yml) reads what role model published in this run
-    served = role_templar(ROOT, variables).template("{{ _serving_memory_models }}")
+    served = role_templar(ROOT, variables).template("{{ serving_memory_models }}")
     assert served == variables["llmops_models"]
 
 

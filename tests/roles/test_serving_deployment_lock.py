@@ -32,9 +32,9 @@ def deploy_task(tmp_path, name):
 
 
 def serving_step(step, **extra):
-    include = {"name": "llmops.serving.serving", "tasks_from": "deployment.yml"}
+    include = {"name": "llmops.serving.serving", "tasks_from": "deployment"}
     return {"ansible.builtin.include_role": include,
-            "vars": dict({"_serving_deployment_step": step}, **extra)}
+            "vars": dict({"serving_deployment_step": step}, **extra)}
 
 
 def test_one_run_holds_and_releases_and_another_runs_instance_is_refused(tmp_path):
@@ -50,10 +50,10 @@ def test_one_run_holds_and_releases_and_another_runs_instance_is_refused(tmp_pat
                  serving_step("query"),
                  dict(deploy_task(tmp_path, "q"), register="deployed"),
                  {"ansible.builtin.slurp": {"src": lock_q}, "register": "held"},
-                 serving_step("release", _serving_deployment_instance="q"),
+                 serving_step("release", serving_deployment_instance="q"),
                  {"ansible.builtin.stat": {"path": lock_q}, "register": "after"},
                  dict(deploy_task(tmp_path, "r"), register="refused", ignore_errors=True),
-                 serving_step("release", _serving_deployment_instance="r"),
+                 serving_step("release", serving_deployment_instance="r"),
                  {"ansible.builtin.set_fact": {"first_token": "{{ _serving_run.token }}"}},
                  {"ansible.builtin.copy": {"dest": str(tmp_path / "first.json"), "content": SEEN}}]}
     second = {"hosts": "localhost", "gather_facts": False, "connection": "local",

@@ -473,9 +473,9 @@ def test_every_lifecycle_step_passes_this_runs_token():
                 assert args["lock_token"] == "{{ _serving_run.token }}", (name, task["name"])
                 steps.setdefault(name, []).append(args["state"])
     assert steps == {"instance.yml": ["deploy", "deploy", "release"], "rollback.yml": ["restore"],
-                     "record.yml": ["commit"], "deployment.yml": ["{{ _serving_deployment_step }}"]}
+                     "record.yml": ["commit"], "deployment.yml": ["{{ serving_deployment_step }}"]}
     # the steps that take the lock say who holds it and for how long
-    for name, state in (("instance.yml", "deploy"), ("deployment.yml", "{{ _serving_deployment_step }}")):
+    for name, state in (("instance.yml", "deploy"), ("deployment.yml", "{{ serving_deployment_step }}")):
         args = lifecycle_steps(name)[state]["llmops.serving.deployment"]
         assert args["lock_holder"] == "{{ _serving_run.holder }}"
         assert args["lock_timeout"] == "{{ _serving_lock_timeout }}"
@@ -507,18 +507,18 @@ def test_a_failed_gate_gives_the_lock_back_after_its_rollback():
 
 def test_the_fleets_swap_is_released_whatever_happens():
     tasks = load_yaml(os.path.join(FLEET, "tasks", "restore.yml"))
-    swap = [t for t in tasks if (t.get("vars") or {}).get("_serving_deployment_step") == "swap"]
+    swap = [t for t in tasks if (t.get("vars") or {}).get("serving_deployment_step") == "swap"]
     (block,) = [t for t in tasks if "block" in t]
     assert swap and tasks.index(swap[0]) < tasks.index(block)      # a refused swap took no lock
     (release,) = block["always"]
-    assert release["vars"] == {"_serving_deployment_step": "release",
-                               "_serving_deployment_instance": "{{ _fleet_instance }}"}
+    assert release["vars"] == {"serving_deployment_step": "release",
+                               "serving_deployment_instance": "{{ _fleet_instance }}"}
 
 
 @pytest.mark.parametrize("scope, want", [
     ({"_serving_item": {"engine": "vllm"}}, 2 * (1800 + 90) + 600),
     ({"_serving_item": {"engine": "llama.cpp"}}, 2 * (900 + 90) + 600),
-    ({"_serving_deployment_record": {"health_timeout": 300}}, 2 * (300 + 90) + 600),
+    ({"serving_deployment_record": {"health_timeout": 300}}, 2 * (300 + 90) + 600),
     ({}, 2 * (1800 + 90) + 600),                       # a query or release: the longest gate
 ])
 def test_the_lock_outlasts_a_restart_the_gate_and_a_rollback(scope, want):
