@@ -9,6 +9,7 @@ import os
 import re
 
 import pytest
+from ansible_collections.llmops.serving.plugins.module_utils import engines
 
 from tests.helpers import ROOT, load_yaml
 
@@ -104,8 +105,18 @@ def _role_entries(tasks):
                 entry = args.get("tasks_from", "main")
                 entries = [entry.replace("{{ ansible_os_family }}", family) for family in OS_FAMILIES] \
                     if "{{ ansible_os_family }}" in entry else [entry]
-                for one in entries:
-                    yield args["name"], one, task.get("vars") or {}, task.get("name", "")
+                for name in _role_names(args["name"]):
+                    for one in entries:
+                        yield name, one, task.get("vars") or {}, task.get("name", "")
+
+
+def _role_names(name):
+    """The roles a role name can be: a templated one (role fleet loops over the build roles of the engines
+    its instances use) is every value the template can take, from the engine descriptors."""
+    if name == "llmops.serving.{{ _fleet_build_role }}":
+        return sorted({engine.build_role for engine in engines.ENGINES.values()})
+    assert "{{" not in name, "a templated role name this test cannot resolve: %s" % name
+    return [name]
 
 
 def _play_entries(play):
