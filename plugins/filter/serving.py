@@ -135,6 +135,18 @@ def engine_setting(engine, field):
         raise ServingError(str(exc)) from None
 
 
+def engine_names(instances, default_engine=None):
+    """The engines `instances` (serving_instances) use, in the order they first appear; an instance without
+    `engine` has the default engine. No instances: none."""
+    default_engine = default_engine or engines.DEFAULT_ENGINE
+    names = []
+    for raw in instances or ():
+        name = str(raw.get("engine") or default_engine) if isinstance(raw, dict) else None
+        if name is not None and name not in names:
+            names.append(name)
+    return names
+
+
 def engine_build_roles(instances, default_engine=None):
     """The roles that build the engines `instances` (serving_instances) use, in the registry's order: each
     engine's descriptor build_role; the default engine's when no instance names one. An unknown engine is
@@ -203,4 +215,5 @@ class FilterModule(object):
             "vllm_planned_runtime": _wrap(vllm_flags.planned_runtime),
             "engine_setting": _wrap(engine_setting),
             "engine_build_roles": _wrap(engine_build_roles),
+            "engine_names": _wrap(engine_names),
         }

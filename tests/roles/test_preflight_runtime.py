@@ -50,19 +50,15 @@ def run_stages(tmp_path, driver, **overrides):
     preflight = load_yaml(PREFLIGHT)[0]
     tasks = [t for t in preflight["tasks"] if t.get("name") in RUNTIME_TASKS]
     assert [t["name"] for t in tasks] == list(RUNTIME_TASKS)
-    build_engines = load_yaml(BUILD)[0]["vars"]["_build_engines"]
-    builds = dict((t["ansible.builtin.include_role"]["name"], t["when"])
-                  for t in load_yaml(BUILD)[0]["tasks"])
-    seen = ("{{ {'preflight_engines': _preflight_engines, 'build_engines': _build_engines,"
-            " 'vllm_built': (%s), 'llama_cpp_built': (%s),"
+    build_vars = load_yaml(BUILD)[0]["vars"]
+    seen = ("{{ {'preflight_engines': _preflight_engines, 'build_roles': _build_roles,"
+            " 'vllm_built': 'vllm' in _build_roles, 'llama_cpp_built': 'llama_cpp' in _build_roles,"
             " 'models': model_models | map(attribute='name') | list,"
             " 'instances': _serving_kept_instances | map(attribute='name') | list,"
-            " 'refused': llmops_refused_instances | map(attribute='name') | list} | to_json }}"
-            % (builds["llmops.serving.vllm"], builds["llmops.serving.llama_cpp"]))
+            " 'refused': llmops_refused_instances | map(attribute='name') | list} | to_json }}")
     variables = l20_inventory(**overrides)
     variables.update({"llmops_gpus": dict(L20_GPUS, driver_version=driver),
-                      "_preflight_engines": preflight["vars"]["_preflight_engines"],
-                      "_build_engines": build_engines,
+                      **preflight["vars"], **build_vars,
                       # what role serving plans and deploys in the serve stage
                       "_serving_kept_instances": load_yaml(SERVING_VARS)["_serving_kept_instances"]})
     final = load_yaml(REFUSED)[0]
@@ -89,7 +85,7 @@ def test_on_r550_the_vllm_instance_is_left_out_in_preflight_and_the_run_fails_at
     assert stages["refused"] == ["qwen36-27b-fp8"]
     # what the later stages read: no vLLM engine to install (no image pull) nor to count on the disk, no FP8
     # snapshot to download, only the llama.cpp instance to deploy
-    assert stages["build_engines"] == ["llama.cpp"] and stages["vllm_built"] is False
+    assert stages["build_roles"] == ["llama_cpp"] and stages["vllm_built"] is False
     assert stages["llama_cpp_built"] is True
     assert stages["preflight_engines"] == ["llama.cpp"]
     assert stages["models"] == ["qwen3.6-27b-ud-q5_k_xl"]
@@ -110,7 +106,7 @@ def test_a_driver_that_runs_cuda_13_after_the_gpu_host_stage_keeps_both(tmp_path
     # the node runs R550 now, but the inventory pins R580: the GPU host stage installs it before the build
     result, stages, final = run_stages(tmp_path, "550.54.14", nvidia_driver_version="580.65.06")
     assert stages["refused"] == []
-    assert stages["build_engines"] == ["llama.cpp", "vllm"] and stages["vllm_built"] is True
+    assert stages["build_roles"] == ["llama_cpp", "vllm"] and stages["vllm_built"] is True
     assert stages["preflight_engines"] == ["llama.cpp", "vllm"]
     assert stages["models"] == ["qwen3.6-27b-ud-q5_k_xl", "qwen3.6-27b-fp8"]
     assert stages["instances"] == ["qwen36-27b", "qwen36-27b-fp8"]
@@ -127,7 +123,7 @@ def test_a_host_whose_only_instance_is_refused_builds_nothing(tmp_path):
     inventory = l20_inventory()
     result, stages, _ = run_stages(tmp_path, "550.54.14", serving_instances=[inventory["l20_vllm_instance"]])
     assert stages["refused"] == ["qwen36-27b-fp8"] and stages["instances"] == []
-    assert stages["build_engines"] == [] and not stages["vllm_built"] and not stages["llama_cpp_built"]
+    assert stages["build_roles"] == [] and not stages["vllm_built"] and not stages["llama_cpp_built"]
     assert result.returncode != 0
 
 

@@ -111,9 +111,10 @@ def _role_entries(tasks):
 
 
 def _role_names(name):
-    """The roles a role name can be: a templated one (role fleet loops over the build roles of the engines
-    its instances use) is every value the template can take, from the engine descriptors."""
-    if name == "llmops.serving.{{ _fleet_build_role }}":
+    """The roles a role name can be: a templated one (playbooks/build.yml, preflight and role fleet loop over
+    the build roles of the engines the instances use) is every value the template can take, from the engine
+    descriptors."""
+    if re.fullmatch(r"llmops\.serving\.\{\{ _[a-z_]*build_role \}\}", name):
         return sorted({engine.build_role for engine in engines.ENGINES.values()})
     assert "{{" not in name, "a templated role name this test cannot resolve: %s" % name
     return [name]

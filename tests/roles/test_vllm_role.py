@@ -116,16 +116,20 @@ def test_sources_and_pip_options():
 def test_build_playbook_runs_the_engines_the_instances_use(instances, engines):
     play = load_yaml(os.path.join(ROOT, "playbooks", "build.yml"))[0]
     variables = {} if instances is None else {"serving_instances": instances}
-    found = role_templar(ROLE, variables).template(play["vars"]["_build_engines"])
-    assert found == engines
-    whens = {task["ansible.builtin.include_role"]["name"].rsplit(".", 1)[-1]: task["when"]
-             for task in play["tasks"]}
-    assert sorted(whens) == ["bundle", "llama_cpp", "vllm"]
-    runs = {role: role_templar(ROLE, dict(variables, _build_engines=found)).template("{{ %s }}" % when)
-            for role, when in whens.items()}
+    templar = role_templar(ROLE, dict(variables, **{k: v for k, v in play["vars"].items()}))
+    roles = templar.template("{{ _build_roles }}")
+    # a build-only run (no instances) builds the default engine, llama.cpp
+    assert roles == [{"llama.cpp": "llama_cpp", "vllm": "vllm"}[e] for e in engines or ["llama.cpp"]]
+    names = {task["ansible.builtin.include_role"]["name"]: task for task in play["tasks"]}
+    assert sorted(names) == ["llmops.serving.bundle", "llmops.serving.{{ _build_role }}"]
+    assert names["llmops.serving.{{ _build_role }}"]["loop"] == "{{ _build_roles }}"
     # without an offline bundle (llmops_bundle_sources, set by playbooks/offline_bundle.yml) nothing is loaded
-    assert runs == {"bundle": False, "llama_cpp": not engines or "llama.cpp" in engines,
-                    "vllm": "vllm" in engines}
+    assert templar.template("{{ %s }}" % names["llmops.serving.bundle"]["when"]) is False
+    # an instance that preflight left out builds nothing for it; every instance left out: no build at all
+    if instances and all("name" in i for i in instances):
+        refused = [dict(name=i["name"]) for i in instances]
+        left = role_templar(ROLE, dict(variables, llmops_refused_instances=refused, **play["vars"]))
+        assert left.template("{{ _build_roles }}") == []
 
 
 # --- the fake vLLM wheel in a real virtualenv --------------------------------------------------------------

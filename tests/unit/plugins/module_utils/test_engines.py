@@ -217,13 +217,17 @@ ALLOWED = {
     "roles/nvidia_container_toolkit/tasks/disk.yml": (
         ("if 'vllm' in nvidia_container_toolkit_disk_engines",),
         "the disk the vLLM image takes; the playbook (playbooks/preflight.yml) names the engines"),
+    "playbooks/preflight.yml": (
+        ("when: \"'vllm' in _preflight_build_roles\"",),
+        "a build role's name, not an engine's: role vllm's entry point `planned` (the CUDA a vLLM image or "
+        "wheel declares, read before the build) exists in that role only"),
 }
 
 
 def engine_branches(root):
-    """[(path, line)] of the lines under plugins/ and roles/ that branch on an engine's name."""
+    """[(path, line)] of the lines under plugins/, roles/ and playbooks/ that branch on an engine's name."""
     found = []
-    for top in ("plugins", "roles"):
+    for top in ("plugins", "roles", "playbooks"):
         for path in sorted((root / top).rglob("*")):
             if path.suffix not in (".py", ".yml", ".yaml", ".j2") or not path.is_file():
                 continue
