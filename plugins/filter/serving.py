@@ -147,12 +147,16 @@ def engine_names(instances, default_engine=None):
     return names
 
 
-def engine_build_roles(instances, default_engine=None):
+def engine_build_roles(instances, default_engine=None, refused=None):
     """The roles that build the engines `instances` (serving_instances) use, in the registry's order: each
-    engine's descriptor build_role; the default engine's when no instance names one. An unknown engine is
-    left to the planner, which refuses it with the reason."""
+    engine's descriptor build_role; the default engine's for a build-only run (no instances); none when
+    `refused` (llmops_refused_instances, from preflight) leaves every instance out. An unknown engine is left
+    to the planner, which refuses it with the reason."""
     default_engine = default_engine or engines.DEFAULT_ENGINE
-    wanted = set(str(raw.get("engine") or default_engine) for raw in instances or () if isinstance(raw, dict))
+    kept = instance_plan.without_refused(instances, refused)
+    if instances and not kept:
+        return []
+    wanted = set(str(raw.get("engine") or default_engine) for raw in kept if isinstance(raw, dict))
     wanted = wanted or {default_engine}
     return [engine.build_role for engine in engines.ENGINES.values() if engine.name in wanted]
 
