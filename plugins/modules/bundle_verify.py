@@ -75,7 +75,8 @@ sources:
     - C(model_models) (each model's C(url) a C(file://) URL into the bundle, with the manifest's C(sha256) and
       C(size)), C(llama_cpp) (the llama_cpp role's archive source, when the bundle has C(git/llama.cpp), the
       pinned tree as C(git archive) wrote it), C(images) (C(name), C(file),
-      C(version), C(refs)), C(packages) (C(name), C(repo), C(path), C(format)).
+      C(version), C(refs)), C(packages) (C(name), C(repo), C(path), C(format)), C(entries) (every entry's
+      name: the source probe leaves out what they stage).
   returned: success
   type: dict
 """

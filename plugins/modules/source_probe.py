@@ -57,6 +57,13 @@ options:
       - The node's name in the failure message.
     type: str
     default: this node
+  bundle:
+    description:
+      - The run's verified offline bundle (what M(llmops.serving.bundle_verify) returned as C(sources):
+        C(entries), C(images), C(packages)); V({}) when the run has none. A source the bundle stages is not
+        probed (state V(in the bundle)).
+    type: dict
+    default: {}
 extends_documentation_fragment:
   - llmops.serving.attributes
   - llmops.serving.attributes.info_module
@@ -77,7 +84,7 @@ EXAMPLES = r"""
 RETURN = r"""
 sources:
   description: The plan - each source with C(kind), C(url), C(probe), C(key), C(bundle), C(why), C(state)
-    (V(on the node), V(reachable), V(unreachable)) and C(error).
+    (V(on the node), V(reachable), V(unreachable), or C(in the bundle) and the entry's name) and C(error).
   returned: always
   type: list
   elements: dict
@@ -105,6 +112,7 @@ ARGUMENT_SPEC = dict(
     package_manager=dict(type="str", choices=["rpm", "dpkg"], default="rpm"),
     environment_file=dict(type="path", default="/etc/environment"),
     node=dict(type="str", default="this node"),
+    bundle=dict(type="dict", default={}),
 )
 
 
@@ -131,7 +139,10 @@ def _run(module):
     to_probe = []
     for source in sources:
         source["error"] = None
-        if source_plan.have(source, runner, p["package_manager"]):
+        staged = source_plan.in_bundle(source, p["bundle"])
+        if staged:
+            source["state"] = "in the bundle (%s)" % staged
+        elif source_plan.have(source, runner, p["package_manager"]):
             source["state"] = "on the node"
         else:
             to_probe.append(source)

@@ -371,7 +371,8 @@ def sources(entries, models=(), git_ref=None, web_ui=False):
     and llama.cpp's web UI (the pinned tree downloads it from Hugging Face while it builds)."""
     named = by_name(entries)
     problems = []
-    out = {"images": [], "packages": []}
+    # entries: every entry's name (the source probe leaves out what the bundle stages)
+    out = {"images": [], "packages": [], "entries": sorted(e["name"] for e in entries)}
     new_models = []
     for m in models or ():
         name = m.get("name")

@@ -304,6 +304,43 @@ def have(source, runner, manager="rpm"):
     return all(_have_one(spec, runner, manager) for spec in source["have"])
 
 
+# --- the offline bundle ----------------------------------------------------------------------------------
+
+
+def repository_and_tag(reference):
+    """``registry.lan:5000/nvidia/cuda:12.4.1-runtime-ubuntu22.04@sha256:..`` -> ``nvidia/cuda:12.4.1-runtime-
+    ubuntu22.04``: what names an image whichever registry serves it (``:latest`` when the reference has no
+    tag)."""
+    ref = reference.split("@", 1)[0]
+    host = registry_host(ref)
+    if host:
+        ref = ref[len(host) + 1:]
+    if ":" not in ref.rsplit("/", 1)[-1]:
+        ref += ":latest"
+    return ref
+
+
+def in_bundle(source, bundle):
+    """The entry of the run's verified offline bundle that stages the source, or None. bundle: what
+    bundle_verify returned (``entries``: the entry names; ``images``: [{name, refs}]; ``packages``: [{name}]).
+    A package repository is staged by the bundle's package repositories (the bundle role points the package
+    manager at them), an image by a bundle image saved under the same repository:tag (the registry and the
+    digest are how it was pulled, not what it is), anything else by its own entry (models/<name>,
+    git/llama.cpp, binaries/<file>)."""
+    if not bundle:
+        return None
+    if source["kind"] in ("yum", "apt"):
+        packages = bundle.get("packages") or []
+        return packages[0]["name"] if packages else None
+    if source["kind"] == "image":
+        wanted = repository_and_tag(source["url"])
+        for image in bundle.get("images") or []:
+            if any(repository_and_tag(ref) == wanted for ref in image.get("refs") or []):
+                return image["name"]
+        return None
+    return source["bundle"] if source["bundle"] in (bundle.get("entries") or []) else None
+
+
 # --- probing -------------------------------------------------------------------------------------------
 
 

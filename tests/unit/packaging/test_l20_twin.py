@@ -59,6 +59,34 @@ def test_every_override_key_is_on_the_allow_list():
     assert keys - ALLOWED_KEYS == set(), "not allowed in the override: %s" % sorted(keys - ALLOWED_KEYS)
 
 
+def bundle_override():
+    return load(os.path.join(TWIN, "inventory-bundle.yml"))
+
+
+def test_the_bundle_override_is_the_same_shipped_host_on_the_second_box_with_no_mirror_set():
+    """The run from the offline bundle (bundle.yml): the shipped host, played by the platform l20-node-bundle,
+    every mirror empty (the shipped hf-mirror too), and otherwise only what inventory.yml may set."""
+    data = bundle_override()
+    assert set(data) == {"all"} and set(data["all"]["children"]) == {"l20"}
+    hosts = data["all"]["children"]["l20"]["hosts"]
+    assert set(hosts) == {"l20-node-01"}
+    host = hosts["l20-node-01"]
+    assert set(host) - ALLOWED_KEYS == set(), sorted(set(host) - ALLOWED_KEYS)
+    shipped = load(os.path.join(SHIPPED, "group_vars", "l20", "mirrors.yml"))["llmops_mirrors"]
+    assert set(host["llmops_mirrors"]) == set(shipped)
+    assert [key for key, value in host["llmops_mirrors"].items() if value] == []
+    platforms = {p["name"]: p for p in load(os.path.join(TWIN, "molecule.yml"))["platforms"]}
+    assert host["ansible_host"] == "l20-node-bundle" in platforms
+    # the bundle is mounted read-only where the run's -e llmops_bundle points
+    assert any(v.endswith(":/srv/llmops-bundle:ro") for v in platforms["l20-node-bundle"]["volumes"])
+    with open(os.path.join(TWIN, "bundle.yml"), encoding="utf-8") as handle:
+        assert "'llmops_bundle=/srv/llmops-bundle'" in handle.read()
+    # the build identity's inputs are the staging node's (its image is installed as it is)
+    main = override()["all"]["children"]["l20"]["hosts"]["l20-node-01"]
+    for key in ("llama_cpp_builder_image_digest", "llama_cpp_runtime_image_digest"):
+        assert host[key] == main[key]
+
+
 def test_the_mirrors_map_has_the_shipped_keys_only():
     mirrors = override()["all"]["children"]["l20"]["hosts"]["l20-node-01"]["llmops_mirrors"]
     shipped = load(os.path.join(SHIPPED, "group_vars", "l20", "mirrors.yml"))["llmops_mirrors"]
@@ -80,7 +108,8 @@ def test_the_twin_runs_the_users_command_on_the_shipped_inventory():
 def test_no_inventory_file_of_the_twin_beside_the_override():
     inventories = [name for name in os.listdir(TWIN) if name.endswith((".yml", ".yaml", ".ini"))
                    and name not in ("molecule.yml", "prepare.yml", "converge.yml", "side_effect.yml",
-                                    "verify.yml", "verify_node.yml", "cleanup.yml", "inventory.yml")]
+                                    "verify.yml", "verify_node.yml", "cleanup.yml", "inventory.yml",
+                                    "inventory-bundle.yml", "bundle.yml")]
     assert inventories == []
     assert not os.path.exists(os.path.join(TWIN, "group_vars"))
     assert not os.path.exists(os.path.join(TWIN, "host_vars"))
@@ -167,11 +196,12 @@ ROLE_VARIABLE = re.compile(r"\b(?:%s)_[a-z0-9_]+" % "|".join(
 
 
 def unset_role_variables(text, defined):
-    """The role variables text reads (YAML comments aside) that defined lacks and no `| default(` follows."""
+    """The role variables text reads (YAML comments aside) that defined lacks and no `| default(` follows (a
+    mapping key, `name:`, sets one: the extra variables a play passes to the role's own playbook)."""
     text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     return sorted({match.group(0) for match in ROLE_VARIABLE.finditer(text)
                    if match.group(0) not in defined
-                   and not re.match(r"\s*\|\s*default\(", text[match.end():])})
+                   and not re.match(r"\s*\|\s*default\(|:\s", text[match.end():])})
 
 
 def inventory_variables():
@@ -191,10 +221,12 @@ def test_unset_role_variables_finds_a_role_variable_the_inventories_lack():
     assert unset_role_variables(text, defined) == ["llama_cpp_builder_image"]
     assert unset_role_variables("x: '{{ llama_cpp_install_root | default(\"/opt\") }}'", defined) == []
     assert unset_role_variables(text, defined | {"llama_cpp_builder_image"}) == []
+    assert unset_role_variables("vars:\n  bundle_packages: [x]\n", defined) == []
+    assert unset_role_variables("x: '{{ bundle_packages }}'\n", defined) == ["bundle_packages"]
 
 
 def test_the_twins_own_plays_read_no_role_variable_the_inventories_lack():
     defined = inventory_variables()
-    for name in ("verify.yml", "verify_node.yml", "side_effect.yml", "converge.yml", "cleanup.yml"):
+    for name in ("verify.yml", "verify_node.yml", "side_effect.yml", "converge.yml", "cleanup.yml", "bundle.yml"):
         with open(os.path.join(TWIN, name), encoding="utf-8") as handle:
             assert unset_role_variables(handle.read(), defined) == [], name

@@ -184,6 +184,47 @@ def test_a_source_without_a_have_check_is_always_probed():
     assert not sp.have(sp.plan([entry("x", "yum", "https://x", "k")])[0], Runner({}))
 
 
+# --- the offline bundle --------------------------------------------------------------------------------
+
+
+BUNDLE = {"entries": ["git/llama.cpp", "images/llama.cpp", "models/qwen", "packages/debian12"],
+          "images": [{"name": "images/llama.cpp", "refs": ["llmops/llama.cpp:0123456789abcdef"]},
+                     {"name": "images/cuda-runtime", "refs": ["nvidia/cuda:12.4.1-runtime-ubuntu22.04"]}],
+          "packages": [{"name": "packages/debian12"}]}
+
+
+@pytest.mark.parametrize("ref, want", [
+    ("nvidia/cuda:12.4.1-runtime-ubuntu22.04", "nvidia/cuda:12.4.1-runtime-ubuntu22.04"),
+    ("registry.lan:5000/nvidia/cuda:12.4.1-runtime-ubuntu22.04@sha256:" + "a" * 64,
+     "nvidia/cuda:12.4.1-runtime-ubuntu22.04"),
+    ("127.0.0.1:18301/vllm/vllm-openai", "vllm/vllm-openai:latest"),
+    ("localhost/x:1", "x:1"),
+    ("docker.io/library/ubuntu:22.04", "library/ubuntu:22.04"),
+])
+def test_an_image_is_named_by_repository_and_tag_whatever_registry_serves_it(ref, want):
+    assert sp.repository_and_tag(ref) == want
+
+
+def test_the_bundle_stages_package_repositories_images_by_name_and_its_own_entries():
+    def staged(kind, url, **extra):
+        return sp.in_bundle(sp.plan([dict(entry("s", kind, url, "k"), **extra)])[0], BUNDLE)
+    assert staged("apt", "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64") \
+        == "packages/debian12"
+    assert staged("yum", "https://download.docker.com/linux/centos/7/$basearch/stable") == "packages/debian12"
+    assert staged("image", "registry.lan/nvidia/cuda:12.4.1-runtime-ubuntu22.04@sha256:" + "b" * 64) \
+        == "images/cuda-runtime"
+    assert staged("git", "https://github.com/ggml-org/llama.cpp.git", bundle="llama.cpp") == "git/llama.cpp"
+    assert staged("hf", "https://hf-mirror.com", repo="org/qwen", bundle="qwen") == "models/qwen"
+    # and the other direction: what the bundle does not hold is probed
+    assert staged("image", "nvidia/cuda:12.4.1-devel-ubuntu22.04") is None
+    assert staged("hf", "https://hf-mirror.com", repo="org/other", bundle="other") is None
+    assert staged("pypi", "https://pypi.org/simple", package="vllm") is None
+    assert staged("binary", "https://github.com/prometheus/x.tar.gz", bundle="x.tar.gz") is None
+    assert sp.in_bundle(sp.plan([entry("s", "apt", "https://x/apt", "k")])[0], {}) is None
+    without_packages = dict(BUNDLE, packages=[])
+    assert sp.in_bundle(sp.plan([entry("s", "apt", "https://x/apt", "k")])[0], without_packages) is None
+
+
 # --- probes --------------------------------------------------------------------------------------------
 
 

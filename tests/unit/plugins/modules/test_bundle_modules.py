@@ -39,6 +39,7 @@ def test_verify_returns_the_sources_and_refuses_a_changed_byte(tmp_path):
                         check_mode=True)
     assert not r.get("failed") and not r["changed"], r
     assert r["sources"]["model_models"][0]["url"] == "file://%s" % (root / "models" / "tiny" / "tiny.gguf")
+    assert r["sources"]["entries"] == ["git/llama.cpp", "models/tiny"]
     path = root / "models" / "tiny" / "tiny.gguf"
     data = bytearray(path.read_bytes())
     data[100] ^= 1
@@ -46,3 +47,23 @@ def test_verify_returns_the_sources_and_refuses_a_changed_byte(tmp_path):
     r = run_module_file(tmp_path, "bundle_verify", {"path": str(root), "models": models})
     assert r["failed"] and "models/tiny: models/tiny/tiny.gguf has sha256" in r["msg"], r
     assert "Traceback" not in json.dumps(r) and os.path.exists(str(path))
+
+
+def test_the_source_probe_leaves_out_what_the_bundle_stages_and_probes_the_rest(tmp_path):
+    from tests.fixtures.source_servers import closed_port
+    dead = "http://127.0.0.1:%d" % closed_port()
+    sources = [{"name": "nvidia-cuda", "kind": "apt", "url": dead + "/cuda", "key": "nvidia_cuda", "why": "driver"},
+               {"name": "model qwen", "kind": "hf", "url": dead, "repo": "org/qwen", "key": "hf", "bundle": "qwen",
+                "why": "model"}]
+    bundle = {"entries": ["models/qwen", "packages/debian12"], "images": [],
+              "packages": [{"name": "packages/debian12"}]}
+    r = run_module_file(tmp_path, "source_probe", {"sources": sources, "bundle": bundle, "timeout": 5})
+    assert not r.get("failed"), r
+    assert [s["state"] for s in r["sources"]] == ["in the bundle (packages/debian12)", "in the bundle (models/qwen)"]
+    # the same sources without the bundle: both probed, both refused
+    r = run_module_file(tmp_path, "source_probe", {"sources": sources, "timeout": 5})
+    assert r["failed"] and r["unreachable"] == ["nvidia-cuda", "model qwen"], r
+    # a bundle without the model: only the model is probed
+    r = run_module_file(tmp_path, "source_probe", {"sources": sources, "timeout": 5,
+                                                   "bundle": dict(bundle, entries=["packages/debian12"])})
+    assert r["failed"] and r["unreachable"] == ["model qwen"], r
