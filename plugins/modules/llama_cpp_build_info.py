@@ -143,8 +143,9 @@ build_id:
 identity:
   description:
     - The build identity (source, mode, cmake_args, targets, images or platform).
-    - A source pinned to a full commit is C({"type": "git", "commit": SHA}) whether it is a git checkout or an
-      archive of that commit; an image pinned by digest is named without its registry host.
+    - A source pinned to a full commit is named by the commit alone (type C(git), key C(commit)), whether it
+      is a git checkout or an archive of that commit; an image pinned by digest is named without its registry
+      host.
   returned: always
   type: dict
 identity_sha256:
