@@ -40,6 +40,13 @@ options:
   archive_sha256:
     description: sha256 of the source archive (source_type C(archive)).
     type: str
+  archive_commit:
+    description:
+      - The full commit (40 hex digits) the source archive is a C(git archive) of, or empty (source_type
+        C(archive)). With it the source identity is that commit, as for a git checkout of it, so the build id
+        equals that of a git build of the same commit (the offline bundle sets it).
+    type: str
+    default: ""
   source_dir:
     description: llama.cpp source tree on the node (source_type C(dir)); its content hash is the identity.
     type: path
@@ -134,7 +141,11 @@ build_id:
   type: str
   sample: 3f0c9a51d2e47b18
 identity:
-  description: The build identity (source, mode, cmake_args, targets, images or platform).
+  description:
+    - The build identity (source, mode, cmake_args, targets, images or platform).
+    - A source pinned to a full commit is named by the commit alone (type C(git), key C(commit)), whether it
+      is a git checkout or an archive of that commit; an image pinned by digest is named without its registry
+      host.
   returned: always
   type: dict
 identity_sha256:
@@ -243,6 +254,7 @@ ARGUMENT_SPEC = dict(
     git_repo=dict(type="str"),
     git_ref=dict(type="str"),
     archive_sha256=dict(type="str"),
+    archive_commit=dict(type="str", default=""),
     source_dir=dict(type="path"),
     source_dir_excludes=dict(type="list", elements="str",
                              default=[".git", "build", "build-*", "*/__pycache__", "__pycache__",
@@ -287,7 +299,8 @@ def _run(module):
             raise BuildError("source type dir needs llama_cpp_source_dir")
         dir_hash = dir_content_hash(p["source_dir"], tuple(p["source_dir_excludes"]))
     source = source_identity(p["source_type"], git_repo=p["git_repo"], git_ref=p["git_ref"],
-                             archive_sha256=p["archive_sha256"], dir_hash=dir_hash)
+                             archive_sha256=p["archive_sha256"], dir_hash=dir_hash,
+                             archive_commit=p["archive_commit"])
     identity = build_identity(source, p["mode"], args, p["targets"], builder_image=p["builder_image"],
                               runtime_image=p["runtime_image"], platform=p["platform"])
     builds = installed_builds(p["install_root"])

@@ -365,10 +365,11 @@ def sources(entries, models=(), git_ref=None, web_ui=False):
     """What the roles take from a verified bundle (the entries verify() returned): ``model_models`` with each
     model's source replaced by its file in the bundle (``file://`` URL, the manifest's sha256 and size: the
     model role's own verification checks the copy), ``llama_cpp`` (the llama_cpp role's archive source: the
-    tarball of the pinned tree, ``git archive``) when the bundle has llama.cpp, the ``images`` to load and the
-    ``packages`` repositories.  Refuses a model the bundle lacks (the run would reach out for it), a snapshot
-    (not bundled yet), a pin that differs from the bundle's (a model's sha256 or size, llama.cpp's commit),
-    and llama.cpp's web UI (the pinned tree downloads it from Hugging Face while it builds)."""
+    tarball of the pinned tree, ``git archive``, and its commit) when the bundle has llama.cpp, the ``images``
+    to load and the ``packages`` repositories. Refuses a model the bundle lacks (the run would reach out for
+    it), a snapshot (not bundled yet), a pin that differs from the bundle's (a model's sha256 or size,
+    llama.cpp's commit), and llama.cpp's web UI (the pinned tree downloads it from Hugging Face while it
+    builds)."""
     named = by_name(entries)
     problems = []
     # entries: every entry's name (the source probe leaves out what the bundle stages)
@@ -413,8 +414,11 @@ def sources(entries, models=(), git_ref=None, web_ui=False):
                             "Hugging Face while it builds, which a bundle does not hold yet: set "
                             "llama_cpp_web_ui: false for an offline install")
         tarball = os.path.join(_root_of(git), git["files"][0]["path"])
+        # the commit the tarball is a `git archive` of: the build identity is then that commit's, the same as
+        # where the bundle was written, so the built image the bundle carries is used as it is (no compile)
         out["llama_cpp"] = {"llama_cpp_source_type": "archive", "llama_cpp_archive_url": "file://" + tarball,
-                            "llama_cpp_archive_sha256": git["files"][0]["sha256"]}
+                            "llama_cpp_archive_sha256": git["files"][0]["sha256"],
+                            "llama_cpp_archive_commit": git["version"]}
     for e in entries:
         if e["kind"] == "image":
             out["images"].append({"name": e["name"], "version": e["version"],

@@ -8,10 +8,14 @@
 Pure functions, Python 3.6, standard library only: the llama_cpp_build_info module calls them on the managed
 node, the unit tests call them directly.
 
-The build identity is everything that decides what binary comes out: the source (git repo + ref, archive
-sha256 or directory content hash), the build mode, the CMake arguments, the targets, the base images
-(container mode) or the host platform (host mode). build_id = first 16 hex digits of the sha256 of the
-canonical JSON of that identity; a build whose manifest carries the same identity is not built again.
+The build identity is everything that decides what binary comes out: the source (a full commit - from git
+or an archive of it -, else git repo + ref, archive sha256 or directory content hash), the build mode, the
+CMake arguments, the targets, the base images (container mode; a digest without its registry host) or the
+host platform (host mode). Where the source or an image was fetched from is not identity: the same commit or
+digest from a mirror, GitHub or an offline bundle is the same input, so the same build (and its image, which
+a bundle carries to a node with no route out, is used there as it is). build_id = first 16 hex digits of
+the sha256 of the canonical JSON of that identity; a build whose manifest carries the same identity is not
+built again.
 Things that only change how fast a build runs (jobs, ccache, build root) are deliberately left out.
 """
 
@@ -24,11 +28,16 @@ import os
 import re
 import stat
 
+from ansible_collections.llmops.serving.plugins.module_utils._software.image_reference import (
+    content_reference,
+)
 from ansible_collections.llmops.serving.plugins.module_utils.validators import matches, whole
 
 __metaclass__ = type
 
-IDENTITY_SCHEMA = 1
+# 2: a full commit is the source whatever it came from (no repo; an archive with llama_cpp_archive_commit),
+# images pinned by digest without their registry host.
+IDENTITY_SCHEMA = 2
 BUILD_ID_LENGTH = 16
 
 # The llama.cpp commit pinned by default: the tree vendored by llama-cpp-python 0.3.36
@@ -265,10 +274,28 @@ def ref_warning(ref):
             "follows the ref name, so new commits on a branch are not rebuilt" % (ref,))
 
 
-def source_identity(source_type, git_repo=None, git_ref=None, archive_sha256=None, dir_hash=None):
+def archive_commit_of(value):
+    """llama_cpp_archive_commit: the full commit (lowercase) an archive is a `git archive` of, or ''."""
+    text = str(value or "").strip().lower()
+    if text and not _COMMIT.fullmatch(text):
+        raise BuildError("llama_cpp_archive_commit must be the full 40-hex-digit commit the archive is a "
+                         "`git archive` of, or empty, not %r" % (value,))
+    return text
+
+
+def source_identity(source_type, git_repo=None, git_ref=None, archive_sha256=None, dir_hash=None,
+                    archive_commit=None):
+    """The source part of the identity. A full commit names the tree whatever it came from: a git checkout
+    of it (from GitHub or a mirror) and an archive of it (archive_commit) give the same
+    {"type": "git", "commit": ...}; the archive's sha256 is still checked when it is fetched, it is just not
+    the tree's name then."""
+    commit = archive_commit_of(archive_commit)
     if source_type == "git":
         if not git_repo or not git_ref:
             raise BuildError("source type git needs llama_cpp_git_repo and llama_cpp_git_ref")
+        if _COMMIT.fullmatch(str(git_ref).strip().lower()):
+            return {"type": "git", "commit": str(git_ref).strip().lower()}
+        # a tag or branch names no fixed tree: which repository it is read from matters
         return {"type": "git", "repo": git_repo, "ref": git_ref}
     if source_type == "archive":
         digest = (archive_sha256 or "").strip().lower()
@@ -277,6 +304,8 @@ def source_identity(source_type, git_repo=None, git_ref=None, archive_sha256=Non
         if not _SHA256.match(digest):
             raise BuildError("source type archive needs llama_cpp_archive_sha256 (64 hex digits), got %r"
                              % (archive_sha256,))
+        if commit:
+            return {"type": "git", "commit": commit}
         return {"type": "archive", "sha256": digest}
     if source_type == "dir":
         if not dir_hash:
@@ -285,17 +314,15 @@ def source_identity(source_type, git_repo=None, git_ref=None, archive_sha256=Non
     raise BuildError("llama_cpp_source_type must be git, archive or dir, not %r" % (source_type,))
 
 
-_FULL_COMMIT = whole(r"[0-9a-f]{40}")
-
-
 def source_key(source):
-    """The name of a source's checkout under the build root. A git source pinned to a full commit is named by
-    the commit alone: the same commit from another URL (a mirror, another clone's local copy) is the same
-    tree, and keeping its path lets ccache hit (the compile lines and __FILE__ hold the path). Any other
-    source is named by its whole identity."""
-    ref = str(source.get("ref") or "").lower()
-    if source.get("type") == "git" and _FULL_COMMIT.match(ref):
-        return "git-" + ref[:16]
+    """The name of a source's checkout under the build root. A source that is a full commit (a git checkout
+    of it, an archive of it) is named by the commit alone: the same commit from another URL (a mirror,
+    another clone's local copy, an offline bundle's archive) is the same tree, and keeping its path lets
+    ccache hit (the compile lines and __FILE__ hold the path). Any other source is named by its whole
+    identity."""
+    commit = str(source.get("commit") or "")
+    if source.get("type") == "git" and _COMMIT.fullmatch(commit):
+        return "git-" + commit[:16]
     digest = hashlib.sha256(canonical_json(source).encode("ascii")).hexdigest()
     return "%s-%s" % (source.get("type"), digest[:16])
 
@@ -314,8 +341,8 @@ def build_identity(source, mode, args, targets, builder_image=None, runtime_imag
     if mode == "container":
         if not builder_image or not runtime_image:
             raise BuildError("container mode needs llama_cpp_builder_image and llama_cpp_runtime_image")
-        identity["builder_image"] = builder_image
-        identity["runtime_image"] = runtime_image
+        identity["builder_image"] = content_reference(builder_image)
+        identity["runtime_image"] = content_reference(runtime_image)
     else:
         identity["platform"] = platform or {}
     return identity

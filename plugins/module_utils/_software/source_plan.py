@@ -32,6 +32,10 @@ from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
 
 from ansible_collections.llmops.serving.plugins.module_utils._download.http import is_loopback
+from ansible_collections.llmops.serving.plugins.module_utils._software.image_reference import (
+    registry_host,
+    without_registry,
+)
 
 __metaclass__ = type
 
@@ -100,25 +104,13 @@ def other_bundle_entry(key):
 def image_bundle_name(reference):
     """``registry/nvidia/cuda:12.4.1-devel@sha256:..`` -> ``nvidia_cuda_12.4.1-devel`` (what docker save
     of that image is called in the bundle; the registry and the digest are not part of the name)."""
-    ref = reference.split("@", 1)[0]
-    first, slash, rest = ref.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        ref = rest
-    return ref.replace("/", "_").replace(":", "_")
+    return without_registry(reference.split("@", 1)[0]).replace("/", "_").replace(":", "_")
 
 
 def _expand(url):
     # yum's variables in a baseurl as yum fills them on an EL 7 x86_64 node; apt's $(ARCH) in a flat
     # repository's URI (the NVIDIA container toolkit's deb/$(ARCH)) as apt fills it on amd64
     return url.replace("$basearch", "x86_64").replace("$releasever", "7").replace("$(ARCH)", "amd64")
-
-
-def registry_host(reference):
-    """The registry host[:port] of an image reference ('' = Docker Hub)."""
-    first, slash, rest = reference.split("@", 1)[0].partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return ""
 
 
 def probe_url(kind, url, extra=None):

@@ -196,7 +196,9 @@ def test_sources_models_git_and_repos(made):
     tarball = os.path.join(str(made), "git/llama.cpp/llama.cpp.tar.gz")
     assert got["llama_cpp"] == {
         "llama_cpp_source_type": "archive", "llama_cpp_archive_url": "file://" + tarball,
-        "llama_cpp_archive_sha256": hashlib.sha256(open(tarball, "rb").read()).hexdigest()}
+        "llama_cpp_archive_sha256": hashlib.sha256(open(tarball, "rb").read()).hexdigest(),
+        # the commit makes the archive's build identity that of a git checkout of it (the bundled image fits)
+        "llama_cpp_archive_commit": PIN}
     assert got["packages"] == [{"name": "packages/debian", "repo": "debian", "format": "deb",
                                 "path": os.path.join(str(made), "packages/debian")}]
 

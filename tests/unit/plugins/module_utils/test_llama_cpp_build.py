@@ -219,8 +219,8 @@ GITHUB = "https://github.com/ggml-org/llama.cpp.git"
 
 @pytest.mark.parametrize("change", [
     dict(source=lb.source_identity("git", git_repo=GITHUB, git_ref="b9999")),
-    dict(source=lb.source_identity("git", git_repo="https://mirror.example/llama.cpp.git",
-                                   git_ref=lb.DEFAULT_REF)),
+    dict(source=lb.source_identity("git", git_repo=GITHUB, git_ref="1" * 40)),
+    dict(source=lb.source_identity("archive", archive_sha256="a" * 64)),
     dict(args=lb.cmake_args(cuda=True, archs=["89", "90"])[0]),
     dict(args=lb.cmake_args(cuda=False)[0]),
     dict(args=lb.cmake_args(cuda=True, archs=["89"], web_ui=True)[0]),
@@ -248,6 +248,62 @@ def test_host_identity_includes_the_platform():
     a = identity(mode="host", platform=p1, builder_image=None, runtime_image=None)
     b = identity(mode="host", platform=p2, builder_image=None, runtime_image=None)
     assert "builder_image" not in a and lb.build_id(a) != lb.build_id(b)
+
+
+DIGEST = "sha256:" + "4f" * 32
+
+
+def test_the_same_commit_from_any_repository_is_the_same_build():
+    """A full commit names the tree: a mirror's copy of it is the same source, so the same build id."""
+    mirror = lb.source_identity("git", git_repo="https://git.lan/llama.cpp.git",
+                                git_ref=lb.DEFAULT_REF.upper())
+    assert mirror == {"type": "git", "commit": lb.DEFAULT_REF}
+    assert lb.build_id(identity(source=mirror)) == lb.build_id(identity())
+    other = lb.source_identity("git", git_repo="https://git.lan/llama.cpp.git", git_ref="1" * 40)
+    assert lb.build_id(identity(source=other)) != lb.build_id(identity())
+    # a tag or a branch is read from a repository: another repository may have another tree under it
+    assert lb.source_identity("git", git_repo=GITHUB, git_ref="b9999") == {
+        "type": "git", "repo": GITHUB, "ref": "b9999"}
+    short = lb.DEFAULT_REF[:12]
+    assert lb.source_identity("git", git_repo=GITHUB, git_ref=short)["ref"] == short
+
+
+def test_an_archive_of_a_commit_is_the_build_of_that_commit():
+    """The offline bundle's `git archive` of the pinned commit: with llama_cpp_archive_commit the build id,
+    the checkout path (source_key) and so the image tag are those of a git checkout of that commit."""
+    archive = lb.source_identity("archive", archive_sha256="b" * 64,
+                                 archive_commit=" " + lb.DEFAULT_REF + "\n")
+    git = lb.source_identity("git", git_repo=GITHUB, git_ref=lb.DEFAULT_REF)
+    assert archive == git == {"type": "git", "commit": lb.DEFAULT_REF}
+    assert lb.build_id(identity(source=archive)) == lb.build_id(identity(source=git))
+    assert lb.source_key(archive) == lb.source_key(git) == "git-" + lb.DEFAULT_REF[:16]
+    # without the commit the archive is named by its sha256: another build
+    plain = lb.source_identity("archive", archive_sha256="b" * 64, archive_commit="")
+    assert plain == {"type": "archive", "sha256": "b" * 64}
+    assert lb.build_id(identity(source=plain)) != lb.build_id(identity(source=git))
+    assert lb.source_key(plain).startswith("archive-")
+
+
+@pytest.mark.parametrize("commit", ["0c1e570", lb.DEFAULT_REF + "0", "g" * 40, "master",
+                                    lb.DEFAULT_REF + "\nx"])
+def test_an_archive_commit_that_is_not_a_full_commit_is_refused(commit):
+    with pytest.raises(lb.BuildError, match="llama_cpp_archive_commit must be the full 40-hex-digit commit"):
+        lb.source_identity("archive", archive_sha256="b" * 64, archive_commit=commit)
+
+
+def test_a_digest_names_the_image_wherever_it_is_pulled_from():
+    mirror = "registry.lan:5000/nvidia/cuda:12.4.1-%s-ubuntu22.04@" + DIGEST
+    hub = "nvidia/cuda:12.4.1-%s-ubuntu22.04@" + DIGEST
+    by_mirror = identity(builder_image=mirror % "devel", runtime_image=mirror % "runtime")
+    by_hub = identity(builder_image=hub % "devel", runtime_image=hub % "runtime")
+    assert by_mirror == by_hub and by_mirror["builder_image"] == hub % "devel"
+    assert lb.build_id(by_mirror) == lb.build_id(by_hub)
+    assert lb.build_id(identity(builder_image="nvidia/cuda:12.4.1-devel-ubuntu22.04@sha256:" + "5" * 64,
+                                runtime_image=hub % "runtime")) != lb.build_id(by_hub)
+    # a tag alone: another registry may hold another image under it
+    by_tag = identity(builder_image="registry.lan:5000/nvidia/cuda:12.4.1-devel-ubuntu22.04")
+    assert by_tag["builder_image"] == "registry.lan:5000/nvidia/cuda:12.4.1-devel-ubuntu22.04"
+    assert lb.build_id(by_tag) != lb.build_id(identity())
 
 
 def test_archive_identity_normalizes_the_digest():
