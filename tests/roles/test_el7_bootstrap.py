@@ -127,6 +127,10 @@ def el7_tree(tmp_path):
           echo "One of the configured repositories failed (Extra Packages for Enterprise Linux 7 - x86_64)"
           exit 1
         fi
+        # --setopt=reposdir=DIR: keep what yum would read there (the directory is gone after the run)
+        for a; do case "$a" in --setopt=reposdir=*)
+          for f in "${a#--setopt=reposdir=}"/*; do echo "== $f"; cat "$f"; done >> "%(d)s/yum-reposdir.log";;
+        esac; done
         # yum [-y] [--disablerepo=X] [--enablerepo=Y] install PKG...: record PKG as installed
         while [ $# -gt 0 ] && [ "$1" != install ]; do shift; done
         if [ "$1" = install ]; then
@@ -165,7 +169,9 @@ def run_role(tree, **role_vars):
     return run_local_playbook(play, tree / "bin")
 
 
-def test_role_rewrites_repos_installs_python_then_changes_nothing(el7_tree):
+# Without a bundle (llmops_bundle unset or empty): repositories probed and rewritten, python3 from the mirror.
+@pytest.mark.parametrize("no_bundle", [{}, {"el7_bootstrap_bundle": '""'}])
+def test_role_rewrites_repos_installs_python_then_changes_nothing(el7_tree, no_bundle):
     base = el7_tree / "repos" / "CentOS-Base.repo"
     base.write_text("[base]\nmirrorlist=http://mirrorlist.centos.org/?release=$releasever&arch=$basearch\n")
     scl = el7_tree / "repos" / "CentOS-SCLo-scl-rh.repo"
@@ -173,7 +179,7 @@ def test_role_rewrites_repos_installs_python_then_changes_nothing(el7_tree):
     custom_scl = el7_tree / "repos" / "CentOS-SCLo-scl.repo"
     custom_scl.write_text("[centos-sclo-sclo]\nbaseurl=http://my.lan/sclo/\n")
 
-    first, stats = run_role(el7_tree)
+    first, stats = run_role(el7_tree, **no_bundle)
     assert first.returncode == 0, first.stdout + first.stderr
     assert stats["changed"] == 2 and stats["failed"] == 0
     sections = repo_sections(base.read_text())
@@ -194,7 +200,7 @@ def test_role_rewrites_repos_installs_python_then_changes_nothing(el7_tree):
     # Only base and updates: an unreachable optional repository (EPEL, SCLo) cannot break the install.
     assert yum_log[-1] == "-y --disablerepo=* --enablerepo=base,updates install python3 libselinux-python3"
 
-    second, stats = run_role(el7_tree)
+    second, stats = run_role(el7_tree, **no_bundle)
     assert second.returncode == 0, second.stdout
     assert stats["changed"] == 0
     assert (el7_tree / "yum.log").read_text().splitlines() == yum_log  # no yum call at all
@@ -265,3 +271,203 @@ def test_epel_is_added_only_while_a_package_needs_it(el7_tree):
     result, _ = run_role(el7_tree)
     assert result.returncode == 0, result.stdout
     assert (el7_tree / "repos" / "epel.repo").exists()
+
+
+# --- an offline bundle (issue 33): python3 from its package repository, repository files left alone --------
+
+SCRIPT = os.path.join(ROOT, "roles", "el7_bootstrap", "files", "bundle_python_repo.py")
+RPMS = ("python3-3.6.8-21.el7_9.x86_64.rpm", "python3-libs-3.6.8-21.el7_9.x86_64.rpm",
+        "libselinux-python3-2.5-15.el7.x86_64.rpm")
+PYTHON3_RPM = "packages/centos7/python3-3.6.8-21.el7_9.x86_64.rpm"
+
+
+def make_bundle(root, repos=("centos7",), rpms=RPMS):
+    """A bundle as playbooks/bundle.yml lays it out: packages/<repo> (fake rpms, repodata) and a model, with
+    the manifest written by the collection's own code (bundle.describe, manifest_text)."""
+    from ansible_collections.llmops.serving.plugins.module_utils._software import bundle
+
+    entries = []
+    for repo in repos:
+        top = root / "packages" / repo
+        (top / "repodata").mkdir(parents=True)
+        (top / "repodata" / "repomd.xml").write_text("<repomd>%s</repomd>\n" % repo)
+        for rpm in rpms:
+            (top / rpm).write_bytes(("rpm payload of %s\n" % rpm).encode() * 50)
+        entries.append(bundle.describe(str(root), {"name": "packages/" + repo, "version": "CentOS 7.9.2009",
+                                                   "meta": {"format": "rpm", "packages": ["python3"]}}))
+    (root / "models" / "tiny").mkdir(parents=True)
+    (root / "models" / "tiny" / "tiny.gguf").write_bytes(b"GGUF" + b"\0" * 60)
+    entries.append(bundle.describe(str(root), {"name": "models/tiny", "version": "abc"}))
+    (root / "manifest.json").write_text(bundle.manifest_text(entries))
+    return root
+
+
+def python2():
+    """A Python 2.7 to run the check under, as EL 7's /usr/bin/python (None where this machine has none)."""
+    import glob
+    import subprocess
+
+    for cand in ["/usr/bin/python2.7", "/usr/bin/python2"] + sorted(
+            glob.glob(os.path.expanduser("~/.pyenv/versions/2.7*/bin/python2.7"))):
+        if os.path.exists(cand) and subprocess.run(
+                [cand, "-c", "import sys; sys.exit(sys.version_info[0] != 2)"], check=False).returncode == 0:
+            return cand
+    return None
+
+
+# EL 7's /usr/bin/python is 2.7: the role runs below use a 2.7 where this machine has one, else this Python 3
+# (the script is written for both; test_the_check_runs_under_python_2_and_3 runs each it can).
+NODE_PYTHON = python2() or "/usr/bin/python3"
+
+
+@pytest.fixture
+def offline(el7_tree):
+    """The EL 7 tree with repository files that a run without a bundle would rewrite (a dead mirror list, an
+    unreachable EPEL, an earlier version's backup), a curl that records any probe, and a bundle."""
+    repos = el7_tree / "repos"
+    (repos / "CentOS-Base.repo").write_text(
+        "[base]\nmirrorlist=http://mirrorlist.centos.org/?release=$releasever&arch=$basearch\n")
+    (repos / "epel.repo").write_text("[epel]\nbaseurl=http://download.example/epel/7/$basearch/\n")
+    (repos / "CentOS-Base.repo.llmops-orig").write_text("[base]\n")
+    curl = el7_tree / "bin" / "curl"
+    curl.write_text('#!/bin/sh\necho "$*" >> "%s/curl.log"\nexit 7\n' % el7_tree)
+    curl.chmod(0o755)
+    make_bundle(el7_tree / "bundle")
+    return el7_tree
+
+
+def repo_dir_bytes(tree):
+    return {p.name: p.read_bytes() for p in sorted((tree / "repos").iterdir())}
+
+
+def run_offline(tree, **role_vars):
+    return run_role(tree, el7_bootstrap_bundle=str(tree / "bundle"), el7_bootstrap_bundle_python=NODE_PYTHON,
+                    **role_vars)
+
+
+def test_with_a_bundle_python3_comes_from_its_repository_only_and_repository_files_stay(offline):
+    before = repo_dir_bytes(offline)
+    result, stats = run_offline(offline)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert repo_dir_bytes(offline) == before                    # byte for byte, the old backup included
+    assert not (offline / "backup").exists() and not (offline / "curl.log").exists()  # no rewrite, no probe
+    assert "are left as they are (no probe, no rewrite" in result.stdout
+    assert "LLMOPS_BUNDLE_OK packages/centos7: 4 files match the manifest" in result.stdout
+    assert (offline / "installed").read_text().split() == ["python3", "libselinux-python3"]
+    yum_call = (offline / "yum.log").read_text().splitlines()
+    assert len(yum_call) == 1
+    reposdir = yum_call[0].split("--setopt=reposdir=")[1].split()[0]
+    assert yum_call[0] == ("-y --disablerepo=* --setopt=reposdir=%s --enablerepo=llmops-bundle-* install "
+                           "python3 libselinux-python3" % reposdir)
+    assert not os.path.exists(reposdir)                          # removed after the install
+    seen = (offline / "yum-reposdir.log").read_text()
+    assert seen.count("== ") == 1 and "== %s/llmops-bundle.repo\n" % reposdir in seen  # the one repository
+    section = repo_sections(seen)
+    assert list(section) == ["llmops-bundle-centos7"]
+    assert section["llmops-bundle-centos7"]["baseurl"] == "file://%s/packages/centos7/" % (offline / "bundle")
+    assert section["llmops-bundle-centos7"]["gpgcheck"] == "0" and stats["changed"] == 1
+
+    second, stats = run_offline(offline)
+    assert second.returncode == 0 and stats["changed"] == 0, second.stdout
+    assert len((offline / "yum.log").read_text().splitlines()) == 1   # python3 there: the bundle is not read
+    assert repo_dir_bytes(offline) == before
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda f: f.write_bytes(b"X" + f.read_bytes()[1:]), "%s has sha256 " % PYTHON3_RPM),
+    (lambda f: f.write_bytes(f.read_bytes()[:-1]), "%s has 2449 bytes, the manifest lists 2450 (truncated)"
+     % PYTHON3_RPM),
+    (lambda f: (f.parent / "evil-1-1.x86_64.rpm").write_text("x"),
+     "packages/centos7/evil-1-1.x86_64.rpm is in the entry's directory but not in the manifest"),
+])
+def test_a_bundle_repository_that_does_not_match_its_manifest_is_refused_before_yum_runs(offline, damage,
+                                                                                          said):
+    damage(offline / "bundle" / PYTHON3_RPM)
+    before = repo_dir_bytes(offline)
+    result, stats = run_offline(offline)
+    assert result.returncode != 0 and stats["failed"] == 1
+    assert "LLMOPS_BUNDLE_REFUSED: the offline bundle %s does not match its manifest" % (offline / "bundle") \
+        in result.stdout
+    assert said in result.stdout and "Nothing was installed" in result.stdout
+    assert not (offline / "yum.log").exists() and (offline / "installed").read_text() == ""
+    assert repo_dir_bytes(offline) == before
+
+
+def test_a_bundle_without_python3_is_refused_clearly(el7_tree):
+    make_bundle(el7_tree / "bundle", rpms=RPMS[1:])
+    result, stats = run_offline(el7_tree)
+    assert result.returncode != 0 and stats["failed"] == 1
+    assert "packages/centos7 of the bundle has no python3 (no <name>-<version>-<release>.<arch>.rpm)" \
+        in result.stdout
+    assert "write the bundle with python3 libselinux-python3 in bundle_packages" in result.stdout
+    assert not (el7_tree / "yum.log").exists()
+
+
+def test_a_bundle_without_a_package_repository_is_refused_clearly(el7_tree):
+    make_bundle(el7_tree / "bundle", repos=())
+    result, stats = run_offline(el7_tree)
+    assert result.returncode != 0 and stats["failed"] == 1
+    assert "the bundle has no package repository (no packages/<repo> entry)" in result.stdout
+    assert "write the bundle with python3 in bundle_packages" in result.stdout
+    assert not (el7_tree / "yum.log").exists()
+
+
+def test_a_bundle_path_that_is_not_one_word_never_reaches_the_shell(el7_tree):
+    result, stats = run_role(el7_tree, el7_bootstrap_bundle='"/srv/b; touch %s/pwned"' % el7_tree)
+    assert result.returncode != 0 and stats["failed"] == 1
+    assert "assertion: el7_bootstrap_bundle is match(_el7_bootstrap_bundle_path_re)" in result.stdout
+    assert not (el7_tree / "pwned").exists() and not (el7_tree / "yum.log").exists()
+
+
+def test_the_role_takes_the_bundle_from_llmops_bundle_and_an_empty_one_is_none():
+    r = render(llmops_bundle="/srv/llmops-bundle")
+    assert r.var("el7_bootstrap_bundle") == "/srv/llmops-bundle"
+    assert r.var("_el7_bootstrap_bundle_used") is True
+    assert render(llmops_bundle="").var("_el7_bootstrap_bundle_used") is False
+    assert render().var("_el7_bootstrap_bundle_used") is False
+
+
+def test_the_shell_value_rules_are_the_bundle_modules_own():
+    import re
+
+    from ansible_collections.llmops.serving.plugins.module_utils._software import bundle
+
+    r = render()
+    assert r.var("_el7_bootstrap_bundle_path_re") == bundle.SAFE_ROOT.pattern
+    assert r.var("_el7_bootstrap_bundle_repo_re") == bundle.PART_RE.pattern
+    assert not re.match(r.var("_el7_bootstrap_bundle_path_re"), "/srv/llmops-bundle\n")
+
+
+@pytest.mark.parametrize("interpreter", ["/usr/bin/python3", "python2.7"])
+def test_the_check_runs_under_python_2_and_3(tmp_path, interpreter):
+    import subprocess
+
+    if interpreter == "python2.7":
+        interpreter = python2()
+        if interpreter is None:
+            pytest.skip("no Python 2.7 on this machine (EL 7's /usr/bin/python)")
+    root = make_bundle(tmp_path / "bundle", repos=("centos7", "ubuntu22.04"))
+    reposdir = tmp_path / "reposdir"
+    reposdir.mkdir()
+
+    def check(repo="centos7", *packages):
+        argv = [interpreter, "-", str(root), repo, str(reposdir)] + list(packages or ["python3"])
+        return subprocess.run(argv, input=open(SCRIPT).read(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, universal_newlines=True, timeout=60, check=False)
+
+    ok = check()
+    assert ok.returncode == 0
+    assert ok.stdout == "LLMOPS_BUNDLE_OK packages/centos7: 4 files match the manifest\n"
+    assert "baseurl=file://%s/packages/centos7/\n" % root in (reposdir / "llmops-bundle.repo").read_text()
+    (reposdir / "llmops-bundle.repo").unlink()
+    several = check("debian12")
+    assert several.returncode == 1
+    assert "several package repositories (packages/centos7, packages/ubuntu22.04) and none is " \
+        "packages/debian12: set el7_bootstrap_bundle_repo" in several.stdout
+    assert check("centos7", "python3-libs").returncode == 0
+    (reposdir / "llmops-bundle.repo").unlink()
+    assert "has no python3-devel" in check("centos7", "python3-devel").stdout  # python3-devel is not python3
+    (root / PYTHON3_RPM).write_bytes(b"Y" + (root / PYTHON3_RPM).read_bytes()[1:])
+    bad = check()
+    assert bad.returncode == 1 and "%s has sha256 " % PYTHON3_RPM in bad.stdout
+    assert os.listdir(str(reposdir)) == []                       # nothing for yum to read

@@ -56,7 +56,7 @@ def test_site_marks_every_stage_after_preflight_as_part_of_the_run():
     imports = [(p["ansible.builtin.import_playbook"], p.get("vars") or {})
                for p in load_yaml(os.path.join(ROOT, "site.yml"))]
     assert [name for name, _vars in imports] == [
-        "playbooks/offline_bundle.yml", "playbooks/bootstrap.yml", "playbooks/preflight.yml",
+        "playbooks/bootstrap.yml", "playbooks/offline_bundle.yml", "playbooks/preflight.yml",
         "playbooks/gpu_host.yml", "playbooks/build.yml",
         "playbooks/models.yml", "playbooks/serve.yml", "playbooks/validate.yml", "playbooks/refused.yml"]
     # the last one only fails naming the instances the run left out (it gathers nothing)
