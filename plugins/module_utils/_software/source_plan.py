@@ -29,7 +29,7 @@ import threading
 import time
 from urllib import request as urlrequest
 from urllib.error import HTTPError, URLError
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from ansible_collections.llmops.serving.plugins.module_utils._download.http import is_loopback
 from ansible_collections.llmops.serving.plugins.module_utils._software.image_reference import (
@@ -70,20 +70,23 @@ _ANSWERS = {
     "url": (200, 206, 401, 403),
 }
 _DEFAULT_ANSWERS = (200, 206)
+# A redirect is followed, hop by hop (each routed as its own host needs): a GitHub release download answers
+# 302 to objects.githubusercontent.com, a mirror may send its files to a CDN; the source is reached when the
+# place it sends the client to answers.
+_REDIRECTS = (301, 302, 303, 307, 308)
+_MAX_REDIRECTS = 5
 # Docker Hub's registry API lives at registry-1.docker.io, whatever the image reference says.
 _DOCKER_HUB = ("", "docker.io", "index.docker.io", "registry-1.docker.io")
 _NAME_RE = re.compile(r"[^A-Za-z0-9._-]+")
 PROXY_NAMES = ("http_proxy", "https_proxy", "no_proxy", "all_proxy")
 
 
-# The bundle entries of the sources outside preflight's probe (the bootstrap stage's repositories, the
-# monitoring playbooks' downloads): named here too, so that the bundle has one layout.
+# The bundle entries of the sources outside the probe (the bootstrap stage's repositories, which it probes
+# and rewrites itself before preflight): named here too, so that the bundle has one layout. The monitoring
+# playbook's sources are planned like site.yml's (roles monitoring and monitoring_server, entry point sources).
 OTHER_BUNDLE_ENTRIES = {
     "centos_vault": ("yum", "centos-vault"),
     "epel_archive": ("yum", "epel"),
-    "github_releases": ("binary", "prometheus-releases"),
-    "nvcr": ("image", "nvidia_k8s_dcgm-exporter"),
-    "grafana": ("apt", "grafana"),
 }
 
 
@@ -390,10 +393,25 @@ def route(url, proxies):
     return proxy, host, port
 
 
+class _NoRedirect(urlrequest.HTTPRedirectHandler):
+    """Hands a redirect back to probe_one (an HTTPError with its Location) instead of following it with the
+    first hop's proxy: the next hop may be a host that needs another route."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
 def _opener(proxy, scheme):
     # an explicit ProxyHandler: the proxy route() chose (none for loopback and no_proxy hosts), never
     # urllib's own reading of the module's environment
-    return urlrequest.build_opener(urlrequest.ProxyHandler({scheme: proxy} if proxy else {}))
+    return urlrequest.build_opener(urlrequest.ProxyHandler({scheme: proxy} if proxy else {}), _NoRedirect())
+
+
+def _shown(url):
+    """A URL as an error message shows it: without its query (a redirect's signed download URL carries
+    credentials in it)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 
 
 def _recv(sock, size):
@@ -432,39 +450,71 @@ def _probe_git(url, parts, timeout):
         sock.close()
 
 
-def probe_one(source, proxies, timeout):
-    """None when the source answers as what it is, else the error in a few words."""
-    url = source["probe"]
+def _request(url, shown, proxies, timeout):
+    """One hop: (status, Location or None, error or None; errors name the URL as ``shown``). A TCP connect
+    to the first hop (the host, or its proxy) first, then one GET of the first byte."""
     parts = urlsplit(url)
-    if parts.scheme == "file":
-        return None if os.path.exists(parts.path) else "%s does not exist on the node" % parts.path
-    if parts.scheme == "git":
-        return _probe_git(url, parts, timeout)
-    if parts.scheme not in ("http", "https"):
-        return "cannot probe a %s:// URL (http, https, git or file only)" % parts.scheme
     proxy, host, port = route(url, proxies)
+    through = " (through proxy %s)" % proxy if proxy else ""
     hop = urlsplit(proxy) if proxy else None
     hop_host, hop_port = (hop.hostname, hop.port or 80) if hop else (host, port)
     try:
         socket.create_connection((hop_host, hop_port), timeout=timeout).close()
     except (OSError, socket.error) as exc:
         what = "proxy %s:%s" % (hop_host, hop_port) if proxy else "%s:%s" % (host, port)
-        return "TCP connect to %s failed: %s" % (what, getattr(exc, "strerror", None) or exc)
+        lead = "" if shown == url else shown + ": "  # a hop a redirect sent the probe to names the redirect
+        reason = getattr(exc, "strerror", None) or exc
+        return None, None, "%sTCP connect to %s failed: %s" % (lead, what, reason)
     request = urlrequest.Request(url, headers={"Range": "bytes=0-0", "User-Agent": "llmops-source-probe"})
+    location = None
     try:
         response = _opener(proxy, parts.scheme).open(request, timeout=timeout)
         status = response.getcode()
         response.close()
     except HTTPError as exc:
         status = exc.code
+        location = exc.headers.get("Location") if exc.headers is not None else None
+        exc.close()
     except (URLError, OSError, socket.error) as exc:
         reason = getattr(exc, "reason", exc)
-        return "%s failed: %s%s" % (url, reason, " (through proxy %s)" % proxy if proxy else "")
+        return None, None, "%s failed: %s%s" % (shown, reason, through)
     except Exception as exc:  # a malformed answer (http.client.BadStatusLine, ...)
-        return "%s failed: %s" % (url, exc)
+        return None, None, "%s failed: %s" % (shown, exc)
+    if status in _REDIRECTS and location:
+        return status, urljoin(url, location.strip()), None
+    return status, None, None
+
+
+def probe_one(source, proxies, timeout):
+    """None when the source answers as what it is, else the error in a few words. Redirects are followed
+    (at most _MAX_REDIRECTS); the error then names the hop that failed."""
+    url = source["probe"]
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return None if os.path.exists(parts.path) else "%s does not exist on the node" % parts.path
+    if parts.scheme == "git":
+        return _probe_git(url, parts, timeout)
+    first = url
+    for redirects in range(_MAX_REDIRECTS + 1):
+        # the probe URL as it is (the roles give it without credentials); a hop it was sent to, without
+        # its query (a signed download URL)
+        shown = "%s (redirected to %s)" % (first, _shown(url)) if redirects else url
+        scheme = urlsplit(url).scheme
+        if scheme not in ("http", "https"):
+            return "%scannot probe a %s:// URL (http, https, git or file only)" % (
+                shown + ": " if redirects else "", scheme)
+        status, location, error = _request(url, shown, proxies, timeout)
+        if error:
+            return error
+        if location is None:
+            break
+        url = location
+    else:
+        return "%s: more than %d redirects (the last to %s)" % (first, _MAX_REDIRECTS, _shown(url))
     if status in _ANSWERS.get(source["kind"], _DEFAULT_ANSWERS):
         return None
-    return "%s answered HTTP %s%s" % (url, status, " (through proxy %s)" % proxy if proxy else "")
+    proxy = route(url, proxies)[0]
+    return "%s answered HTTP %s%s" % (shown, status, " (through proxy %s)" % proxy if proxy else "")
 
 
 def probe_all(sources, proxies, deadline):

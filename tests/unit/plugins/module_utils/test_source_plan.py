@@ -296,6 +296,62 @@ def test_the_environment_file_is_read_and_the_process_environment_wins():
     assert sp.proxy_settings({"https_proxy": "http://env.lan:1"}, text)["https"] == "http://env.lan:1"
 
 
+RELEASE = "/prometheus/prometheus/releases/download/v2.54.1/prometheus-2.54.1.linux-amd64.tar.gz"
+OBJECT = "/objects/prometheus-2.54.1.linux-amd64.tar.gz"
+
+
+@pytest.mark.timeout(30)
+def test_a_release_download_redirected_elsewhere_is_reached_where_it_is_sent():
+    """github.com answers a release download with 302 to objects.githubusercontent.com (a signed query): the
+    probe follows it and the source is reached when the place it is sent to answers."""
+    with SourceServer() as objects, SourceServer() as releases:
+        releases.redirects[RELEASE] = objects.url + OBJECT + "?X-Amz-Signature=secret&response-content-type=x"
+        (source,) = sp.plan([entry("prometheus", "binary", releases.url + RELEASE, "github_releases")])
+        assert source["probe"] == releases.url + RELEASE
+        assert sp.probe_all([source], {}, 5) == {"prometheus": None}
+    assert releases.seen == [RELEASE]
+    assert objects.seen == [OBJECT + "?X-Amz-Signature=secret&response-content-type=x"]
+
+
+@pytest.mark.timeout(30)
+def test_a_redirect_to_a_place_out_of_reach_is_unreachable_naming_the_hop():
+    port = closed_port()
+    with SourceServer() as objects, SourceServer() as releases:
+        releases.redirects[RELEASE] = "http://127.0.0.1:%d%s?X-Amz-Signature=secret" % (port, OBJECT)
+        releases.redirects["/gone"] = objects.url + "/objects/gone.tar.gz"
+        releases.redirects["/loop"] = "/loop"
+        plan = sp.plan([entry("closed", "binary", releases.url + RELEASE, "github_releases"),
+                        entry("missing", "binary", releases.url + "/gone", "github_releases"),
+                        entry("loop", "binary", releases.url + "/loop", "github_releases")])
+        start = time.monotonic()
+        errors = sp.probe_all(plan, {}, 5)
+        took = time.monotonic() - start
+    closed = "%s%s (redirected to http://127.0.0.1:%d%s): TCP connect to 127.0.0.1:%d failed" % (
+        releases.url, RELEASE, port, OBJECT, port)
+    assert errors["closed"].startswith(closed), errors["closed"]
+    assert "secret" not in errors["closed"]                  # a signed query is never written into a log
+    assert errors["missing"] == "%s/gone (redirected to %s/objects/gone.tar.gz) answered HTTP 404" % (
+        releases.url, objects.url)
+    assert errors["loop"] == "%s/loop: more than 5 redirects (the last to %s/loop)" % (
+        releases.url, releases.url)
+    assert took < 5
+
+
+@pytest.mark.timeout(30)
+def test_each_hop_of_a_redirect_takes_its_own_route():
+    """A mirror in no_proxy (here loopback) that sends the client to an outside host: that hop goes through
+    the node's proxy, as the download's would."""
+    with RecordingProxy() as proxy, SourceServer() as releases:
+        releases.redirects[RELEASE] = "http://objects.example.invalid" + OBJECT + "?sig=secret"
+        proxies = sp.proxy_settings({"http_proxy": proxy.url})
+        (source,) = sp.plan([entry("prometheus", "binary", releases.url + RELEASE, "github_releases")])
+        error = sp.probe_all([source], proxies, 5)["prometheus"]
+        seen = [line for line in proxy.seen if line]
+    assert seen == ["GET http://objects.example.invalid%s?sig=secret HTTP/1.1" % OBJECT]
+    assert error == ("%s%s (redirected to http://objects.example.invalid%s) answered HTTP 502"
+                     " (through proxy %s)" % (releases.url, RELEASE, OBJECT, proxy.url))
+
+
 # --- the refusal ---------------------------------------------------------------------------------------
 
 
