@@ -76,7 +76,7 @@ sources:
       C(size)), C(llama_cpp) (the llama_cpp role's archive source, when the bundle has C(git/llama.cpp), the
       pinned tree as C(git archive) wrote it), C(images) (C(name), C(file),
       C(version), C(refs)), C(packages) (C(name), C(repo), C(path), C(format)), C(entries) (every entry's
-      name: the source probe leaves out what they stage).
+      name; the source probe leaves out what they stage).
   returned: success
   type: dict
 """

@@ -59,9 +59,9 @@ options:
     default: this node
   bundle:
     description:
-      - The run's verified offline bundle (what M(llmops.serving.bundle_verify) returned as C(sources):
-        C(entries), C(images), C(packages)); V({}) when the run has none. A source the bundle stages is not
-        probed (state V(in the bundle)).
+      - The run's verified offline bundle, as M(llmops.serving.bundle_verify) returned it in C(sources) (its
+        C(entries), C(images) and C(packages)); V({}) when the run has none. A source the bundle stages is not
+        probed (its state is C(in the bundle) and the entry's name).
     type: dict
     default: {}
 extends_documentation_fragment:

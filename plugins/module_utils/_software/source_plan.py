@@ -83,7 +83,8 @@ PROXY_NAMES = ("http_proxy", "https_proxy", "no_proxy", "all_proxy")
 
 # The bundle entries of the sources outside the probe (the bootstrap stage's repositories, which it probes
 # and rewrites itself before preflight): named here too, so that the bundle has one layout. The monitoring
-# playbook's sources are planned like site.yml's (roles monitoring and monitoring_server, entry point sources).
+# playbook's sources are planned like site.yml's (roles monitoring and monitoring_server, entry point
+# sources).
 OTHER_BUNDLE_ENTRIES = {
     "centos_vault": ("yum", "centos-vault"),
     "epel_archive": ("yum", "epel"),

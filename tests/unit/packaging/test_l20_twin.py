@@ -227,6 +227,7 @@ def test_unset_role_variables_finds_a_role_variable_the_inventories_lack():
 
 def test_the_twins_own_plays_read_no_role_variable_the_inventories_lack():
     defined = inventory_variables()
-    for name in ("verify.yml", "verify_node.yml", "side_effect.yml", "converge.yml", "cleanup.yml", "bundle.yml"):
+    for name in ("verify.yml", "verify_node.yml", "side_effect.yml", "converge.yml", "cleanup.yml",
+                 "bundle.yml"):
         with open(os.path.join(TWIN, name), encoding="utf-8") as handle:
             assert unset_role_variables(handle.read(), defined) == [], name

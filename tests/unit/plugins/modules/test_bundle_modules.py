@@ -52,14 +52,16 @@ def test_verify_returns_the_sources_and_refuses_a_changed_byte(tmp_path):
 def test_the_source_probe_leaves_out_what_the_bundle_stages_and_probes_the_rest(tmp_path):
     from tests.fixtures.source_servers import closed_port
     dead = "http://127.0.0.1:%d" % closed_port()
-    sources = [{"name": "nvidia-cuda", "kind": "apt", "url": dead + "/cuda", "key": "nvidia_cuda", "why": "driver"},
-               {"name": "model qwen", "kind": "hf", "url": dead, "repo": "org/qwen", "key": "hf", "bundle": "qwen",
-                "why": "model"}]
+    sources = [{"name": "nvidia-cuda", "kind": "apt", "url": dead + "/cuda", "key": "nvidia_cuda",
+                "why": "driver"},
+               {"name": "model qwen", "kind": "hf", "url": dead, "repo": "org/qwen", "key": "hf",
+                "bundle": "qwen", "why": "model"}]
     bundle = {"entries": ["models/qwen", "packages/debian12"], "images": [],
               "packages": [{"name": "packages/debian12"}]}
     r = run_module_file(tmp_path, "source_probe", {"sources": sources, "bundle": bundle, "timeout": 5})
     assert not r.get("failed"), r
-    assert [s["state"] for s in r["sources"]] == ["in the bundle (packages/debian12)", "in the bundle (models/qwen)"]
+    assert [s["state"] for s in r["sources"]] == ["in the bundle (packages/debian12)",
+                                                  "in the bundle (models/qwen)"]
     # the same sources without the bundle: both probed, both refused
     r = run_module_file(tmp_path, "source_probe", {"sources": sources, "timeout": 5})
     assert r["failed"] and r["unreachable"] == ["nvidia-cuda", "model qwen"], r
