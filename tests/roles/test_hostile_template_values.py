@@ -20,6 +20,7 @@ from ansible_collections.llmops.serving.plugins.plugin_utils import systemd
 from tests.helpers import ROOT, load_yaml
 from tests.roles import test_monitoring_role as mon
 from tests.roles import test_ray_cluster_role as ray
+from tests.roles.test_nvidia_driver import flat_tasks
 
 RAY_INJECTION = "1\nUser=root\nExecStartPre=+/bin/touch /tmp/x"
 
@@ -154,7 +155,8 @@ def assert_conditions(role, tasks_file, name, variables):
     role_dir = os.path.join(ROOT, "roles", role)
     given = load_yaml(os.path.join(role_dir, "defaults", "main.yml"))
     given.update(variables)
-    task = next(t for t in load_yaml(os.path.join(role_dir, "tasks", tasks_file)) if t["name"] == name)
+    tasks = flat_tasks(load_yaml(os.path.join(role_dir, "tasks", tasks_file)))
+    task = next(t for t in tasks if t["name"] == name)
     given.update(task.get("vars") or {})
     templar = mon.role_templar(role_dir, given)
     return [templar.template("{{ %s }}" % c) for c in task["ansible.builtin.assert"]["that"]]

@@ -100,5 +100,32 @@ def test_the_yum_repositories_the_collection_adds_do_not_take_the_box_hostage():
 
     from tests.helpers import ROOT, load_yaml
     tasks = load_yaml(os.path.join(ROOT, "roles", "packages_common", "tasks", "repo-RedHat.yml"))
-    (repo,) = [t["ansible.builtin.yum_repository"] for t in tasks if "ansible.builtin.yum_repository" in t]
+    from tests.roles.test_nvidia_driver import flat_tasks
+    (repo,) = [t["ansible.builtin.yum_repository"] for t in flat_tasks(tasks)
+               if "ansible.builtin.yum_repository" in t]
     assert repo["skip_if_unavailable"] is True and repo["enabled"] is True
+
+
+def test_with_a_bundle_of_packages_the_repository_steps_add_nothing_and_without_one_they_do():
+    """packages_common repo-Debian/repo-RedHat: an offline bundle holding package repositories makes every
+    step that would add a repository (a key download, a list or repo file) skip; without one (or a bundle
+    without packages) they run as before."""
+    import os
+
+    from tests.helpers import ROOT, load_yaml, role_templar
+    from tests.roles.test_nvidia_driver import flat_tasks
+    role_dir = os.path.join(ROOT, "roles", "packages_common")
+    defaults = load_yaml(os.path.join(role_dir, "defaults", "main.yml"))
+    bundles = {"bundle": {"packages": [{"name": "packages/debian12"}]}, "none": {},
+               "bundle without packages": {"packages": [], "entries": ["models/x"]}}
+    for tasks_file, adds in (("repo-Debian.yml", ("ansible.builtin.get_url", "ansible.builtin.copy")),
+                             ("repo-RedHat.yml", ("ansible.builtin.yum_repository",))):
+        top = load_yaml(os.path.join(role_dir, "tasks", tasks_file))
+        (block,) = [t for t in top if "block" in t]
+        assert [m for t in flat_tasks(block["block"]) for m in adds if m in t], tasks_file
+        outside = [m for t in top if "block" not in t for m in adds if m in t]
+        assert not outside, "a repository step outside the block"
+        for label, bundle in bundles.items():
+            templar = role_templar(role_dir, dict(defaults, packages_common_source_bundle=bundle))
+            runs = templar.template("{{ %s }}" % block["when"])
+            assert runs is (label != "bundle"), (tasks_file, label)
