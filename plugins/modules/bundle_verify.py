@@ -101,10 +101,26 @@ def main():
 def _run(module):
     p = module.params
     entries, notes = bundle.verify(p["path"])
-    found = bundle.sources(entries, p["models"], p["git_ref"], p["web_ui"])
+    found = bundle.sources(entries, p["models"], p["git_ref"], p["web_ui"],
+                           installed=_installed_checker(module))
     for note in notes:
         module.warn(note)
     module.exit_json(changed=False, entries=entries, notes=notes, sources=found)
+
+
+def _installed_checker(module):
+    """name -> whether the node has that package installed (dpkg, else rpm); None where neither is there."""
+    dpkg = module.get_bin_path("dpkg-query")
+    if dpkg:
+        def installed(name):
+            rc, out, err = module.run_command([dpkg, "-W", "-f", "${db:Status-Status}", name],
+                                              environ_update={"LC_ALL": "C"})
+            return rc == 0 and out.strip() == "installed"
+        return installed
+    rpm = module.get_bin_path("rpm")
+    if rpm:
+        return lambda name: module.run_command([rpm, "-q", name])[0] == 0
+    return None
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ def el7_tree(tmp_path):
     return tmp_path
 
 
-def run_role(tree, **role_vars):
+def run_role(tree, check=False, **role_vars):
     play = tree / "play.yml"
     params = {
         "el7_bootstrap_repo_dir": str(tree / "repos"),
@@ -166,7 +166,7 @@ def run_role(tree, **role_vars):
         "      %s: %s" % (k, v if not isinstance(v, bool) else str(v).lower()) for k, v in params.items()
     ]
     play.write_text("\n".join(lines) + "\n")
-    return run_local_playbook(play, tree / "bin")
+    return run_local_playbook(play, tree / "bin", extra_args=["--check"] if check else [])
 
 
 # Without a bundle (llmops_bundle unset or empty): repositories probed and rewritten, python3 from the mirror.
@@ -371,6 +371,15 @@ def test_with_a_bundle_python3_comes_from_its_repository_only_and_repository_fil
     assert second.returncode == 0 and stats["changed"] == 0, second.stdout
     assert len((offline / "yum.log").read_text().splitlines()) == 1   # python3 there: the bundle is not read
     assert repo_dir_bytes(offline) == before
+
+
+def test_check_mode_with_a_bundle_changes_nothing_and_does_not_fail(offline):
+    before = repo_dir_bytes(offline)
+    installed = (offline / "installed").read_text()
+    result, stats = run_offline(offline, check=True)
+    assert result.returncode == 0 and stats["failed"] == 0, result.stdout + result.stderr
+    assert repo_dir_bytes(offline) == before and (offline / "installed").read_text() == installed
+    assert not (offline / "yum.log").exists()
 
 
 @pytest.mark.parametrize("damage, said", [

@@ -162,3 +162,47 @@ def test_an_image_labelled_for_another_build_is_compiled_over(tmp_path):
     assert (tmp_path / "build" / "src" / ("git-" + COMMIT[:16]) / "CMakeLists.txt").exists()
     assert len(compiles(docker_calls(tmp_path))) == 1
     assert not (tmp_path / "opt" / "builds" / build_id / "manifest.json").exists()
+
+
+def run_sources(tmp_path, bundle_refs):
+    """The role's `sources` entry point as preflight runs it after the bundle check set
+    llmops_bundle_sources."""
+    fake = tmp_path / "bin" / "docker"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_DOCKER % {"python": sys.executable, "nvcc": NVCC})
+    fake.chmod(0o755)
+    (tmp_path / "images.json").write_text("{}")
+    settings = {"llama_cpp_build_mode": "container", "llama_cpp_cuda": True,
+                "llama_cpp_cuda_architectures": ["89"], "llama_cpp_git_ref": COMMIT,
+                "llama_cpp_install_root": str(tmp_path / "opt"),
+                "llama_cpp_build_root": str(tmp_path / "build"),
+                "ansible_python_interpreter": sys.executable,
+                "llmops_bundle_sources": {"images": [{"name": "images/llama.cpp", "refs": bundle_refs}]}}
+    (tmp_path / "vars.json").write_text(json.dumps(settings))
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": True,
+             "gather_subset": ["!all", "!min", "distribution", "platform", "pkg_mgr"],
+             "tasks": [{"ansible.builtin.include_role": {"name": "llmops.serving.llama_cpp",
+                                                         "tasks_from": "sources"}},
+                       {"ansible.builtin.debug": {
+                           "msg": "SOURCES {{ llmops_sources | default([]) | to_json }}"}}]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    env = {"FAKE_DOCKER_LOG": str(tmp_path / "docker.log"),
+           "FAKE_DOCKER_IMAGES": str(tmp_path / "images.json")}
+    return run_local_playbook(tmp_path / "play.yml", str(fake.parent), extra_env=env,
+                              extra_args=["-e", "@%s" % (tmp_path / "vars.json")])
+
+
+def test_preflight_fetches_nothing_when_the_bundle_holds_this_builds_image(tmp_path):
+    build_id = staging_build_id(tmp_path)
+    result, recap = run_sources(tmp_path, ["llmops/llama.cpp:" + build_id])
+    assert recap.get("failed") == 0, result.stdout[-4000:]
+    assert "SOURCES []" in result.stdout
+
+
+def test_preflight_refuses_a_bundle_whose_llama_cpp_image_is_another_build(tmp_path):
+    build_id = staging_build_id(tmp_path)
+    result, recap = run_sources(tmp_path, ["llmops/llama.cpp:0123456789abcdef"])
+    assert recap.get("failed") == 1, result.stdout[-4000:]
+    text = " ".join(result.stdout.split())
+    assert "The offline bundle holds llmops/llama.cpp:0123456789abcdef, but this node" in text
+    assert "llama.cpp build is llmops/llama.cpp:%s: the build identities differ" % build_id in text

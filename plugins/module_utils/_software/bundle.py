@@ -47,6 +47,7 @@ import json
 import os
 import re
 import stat
+import tarfile
 
 __metaclass__ = type
 
@@ -361,15 +362,28 @@ MODEL_SOURCE_KEYS = ("source", "repo", "filename", "revision", "url", "url_query
                      "token_var", "allow_patterns", "ignore_patterns")
 
 
-def sources(entries, models=(), git_ref=None, web_ui=False):
+_FULL_COMMIT = re.compile(r"[0-9a-f]{40}\Z")
+
+
+def archive_commit(path):
+    """The commit a `git archive` tarball was written from (git stores it as the tar's pax comment), or ''."""
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            return str(tar.pax_headers.get("comment") or "")
+    except (tarfile.TarError, OSError, EOFError):
+        return ""
+
+
+def sources(entries, models=(), git_ref=None, web_ui=False, installed=None):
     """What the roles take from a verified bundle (the entries verify() returned): ``model_models`` with each
     model's source replaced by its file in the bundle (``file://`` URL, the manifest's sha256 and size: the
     model role's own verification checks the copy), ``llama_cpp`` (the llama_cpp role's archive source: the
     tarball of the pinned tree, ``git archive``, and its commit) when the bundle has llama.cpp, the ``images``
-    to load and the ``packages`` repositories. Refuses a model the bundle lacks (the run would reach out for
-    it), a snapshot (not bundled yet), a pin that differs from the bundle's (a model's sha256 or size,
-    llama.cpp's commit), and llama.cpp's web UI (the pinned tree downloads it from Hugging Face while it
-    builds)."""
+    to load and the ``packages`` repositories (``installed``: name -> whether the node has that package, to
+    check what a repository left out as part of the OS release). Refuses a model the bundle lacks (the run
+    would reach out for it), a snapshot (not bundled yet), a pin that differs from the bundle's (a model's
+    sha256 or size, llama.cpp's commit), and llama.cpp's web UI (the pinned tree downloads it from Hugging
+    Face while it builds)."""
     named = by_name(entries)
     problems = []
     # entries: every entry's name (the source probe leaves out what the bundle stages)
@@ -414,11 +428,17 @@ def sources(entries, models=(), git_ref=None, web_ui=False):
                             "Hugging Face while it builds, which a bundle does not hold yet: set "
                             "llama_cpp_web_ui: false for an offline install")
         tarball = os.path.join(_root_of(git), git["files"][0]["path"])
-        # the commit the tarball is a `git archive` of: the build identity is then that commit's, the same as
-        # where the bundle was written, so the built image the bundle carries is used as it is (no compile)
+        # the commit the tarball is a `git archive` of (git wrote it into the tar's header; a pin by tag has
+        # no commit in the manifest): the build identity is then that commit's, the same as where the bundle
+        # was written, so the built image the bundle carries is used as it is (no compile)
+        commit = git["version"] if _FULL_COMMIT.match(str(git["version"])) else ""
+        header = archive_commit(tarball) if commit else ""
+        if commit and header != commit:
+            problems.append("git/llama.cpp: %s is not `git archive` of commit %s (its header names %r): "
+                            "write the bundle again" % (git["files"][0]["path"], commit, header))
         out["llama_cpp"] = {"llama_cpp_source_type": "archive", "llama_cpp_archive_url": "file://" + tarball,
                             "llama_cpp_archive_sha256": git["files"][0]["sha256"],
-                            "llama_cpp_archive_commit": git["version"]}
+                            "llama_cpp_archive_commit": commit}
     for e in entries:
         if e["kind"] == "image":
             out["images"].append({"name": e["name"], "version": e["version"],
@@ -427,6 +447,14 @@ def sources(entries, models=(), git_ref=None, web_ui=False):
         elif e["kind"] == "packages":
             out["packages"].append({"name": e["name"], "repo": e["name"].split("/", 1)[1],
                                     "path": e["abspath"], "format": (e.get("meta") or {}).get("format", "")})
+            # what the repository left out because the staging host's OS release had it: this node must too
+            assumed = (e.get("meta") or {}).get("from_the_system") or []
+            lacking = [n for n in assumed if installed is not None and not installed(n)]
+            if lacking:
+                problems.append("%s leaves out %s as part of the OS release (the staging host had them "
+                                "installed), but this node does not have them: install them, or write the "
+                                "bundle again with their repository in bundle_apt_sources"
+                                % (e["name"], ", ".join(lacking)))
     if problems:
         raise BundleError("the offline bundle cannot serve this run, nothing was changed: %s"
                           % "; ".join(problems), problems)

@@ -318,17 +318,27 @@ def repository_and_tag(reference):
 
 def in_bundle(source, bundle):
     """The entry of the run's verified offline bundle that stages the source, or None. bundle: what
-    bundle_verify returned (``entries``: the entry names; ``images``: [{name, refs}]; ``packages``: [{name}]).
-    A package repository is staged by the bundle's package repositories (the bundle role points the package
-    manager at them), an image by a bundle image saved under the same repository:tag (the registry and the
-    digest are how it was pulled, not what it is), anything else by its own entry (models/<name>,
-    git/llama.cpp, binaries/<file>)."""
+    bundle_verify returned (``entries``: the entry names; ``images``: [{name, refs}]; ``packages``: [{name,
+    format}]). A package repository the node's package manager reads is staged by a bundle repository of its
+    format (deb for apt, rpm for yum: the bundle role points the package manager at them); not one read inside
+    a container image (the builder's apt never sees the node's repositories). An image by a bundle image saved
+    under the same repository:tag, unless the run pins it by digest (a loaded image has no registry digest:
+    the pull by digest would still go out). Anything else by its own entry (models/<name>, git/llama.cpp,
+    binaries/<file>)."""
     if not bundle:
         return None
-    if source["kind"] in ("yum", "apt"):
-        packages = bundle.get("packages") or []
-        return packages[0]["name"] if packages else None
-    if source["kind"] == "image":
+    kind = source["kind"]
+    if kind in ("yum", "apt"):
+        if any("image" in (spec or {}) for spec in source.get("have") or []):
+            return None
+        wanted = "deb" if kind == "apt" else "rpm"
+        for repo in bundle.get("packages") or []:
+            if repo.get("format") == wanted:
+                return repo["name"]
+        return None
+    if kind == "image":
+        if "@" in source["url"]:
+            return None
         wanted = repository_and_tag(source["url"])
         for image in bundle.get("images") or []:
             if any(repository_and_tag(ref) == wanted for ref in image.get("refs") or []):

@@ -22,11 +22,28 @@ def _put(root, rel, data):
     return path
 
 
+# incompressible content: the gzip is larger than 500 bytes (a test flips byte 500)
+_FILLER = b"".join(hashlib.sha256(bytes([i])).digest() for i in range(100))
+
+
+def git_archive_bytes(commit, filler=_FILLER):
+    """A tarball as `git archive --format=tar.gz` writes it: the commit in the pax global header's comment."""
+    import io
+    import tarfile
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz", format=tarfile.PAX_FORMAT,
+                      pax_headers={"comment": commit} if commit else {}) as tar:
+        info = tarfile.TarInfo("llama.cpp/CMakeLists.txt")
+        info.size = len(filler)
+        tar.addfile(info, io.BytesIO(filler))
+    return out.getvalue()
+
+
 @pytest.fixture
 def made(tmp_path):
     """A bundle with a model, the llama.cpp git bundle and a two-file package repository, and its manifest."""
     _put(tmp_path, "models/tiny/tiny.gguf", b"GGUF" + bytes(range(256)) * 40)
-    _put(tmp_path, "git/llama.cpp/llama.cpp.tar.gz", b"\x1f\x8b" + b"x" * 1000)
+    _put(tmp_path, "git/llama.cpp/llama.cpp.tar.gz", git_archive_bytes(PIN))
     _put(tmp_path, "packages/debian/Packages", b"Package: probe\n")
     _put(tmp_path, "packages/debian/probe_1.0_all.deb", b"!<arch>\n" + b"d" * 500)
     specs = [{"name": "models/tiny", "version": "a" * 40},
@@ -232,3 +249,43 @@ def test_a_path_that_would_be_syntax_in_a_repository_file_is_refused(bad):
     with pytest.raises(bundle.BundleError) as e:
         bundle.verify(bad)
     assert "goes into apt/yum repository files" in e.value.msg
+
+
+def _with_git(tmp_path, version, data):
+    _put(tmp_path, "git/llama.cpp/llama.cpp.tar.gz", data)
+    entries = [bundle.describe(str(tmp_path), {"name": "git/llama.cpp", "version": version})]
+    assert bundle.write_manifest(str(tmp_path), bundle.manifest_text(entries))
+    return bundle.verify(str(tmp_path))[0]
+
+
+def test_a_tarball_that_is_not_git_archive_of_the_listed_commit_is_refused(tmp_path):
+    entries = _with_git(tmp_path, PIN, git_archive_bytes("1" * 40))
+    with pytest.raises(bundle.BundleError) as e:
+        bundle.sources(entries, [], PIN)
+    assert "is not `git archive` of commit %s (its header names '%s')" % (PIN, "1" * 40) in e.value.msg
+    entries = _with_git(tmp_path, PIN, git_archive_bytes(""))
+    with pytest.raises(bundle.BundleError):
+        bundle.sources(entries, [], PIN)
+    # the other direction: the header names the listed commit
+    entries = _with_git(tmp_path, PIN, git_archive_bytes(PIN))
+    assert bundle.sources(entries, [], PIN)["llama_cpp"]["llama_cpp_archive_commit"] == PIN
+
+
+def test_a_pin_by_tag_gives_no_commit_to_the_build_identity(tmp_path):
+    entries = _with_git(tmp_path, "b4500", git_archive_bytes("1" * 40))
+    got = bundle.sources(entries, [], "b4500")
+    assert got["llama_cpp"]["llama_cpp_archive_commit"] == ""
+
+
+def test_packages_the_bundle_left_to_the_os_release_must_be_on_the_node(tmp_path):
+    _put(tmp_path, "packages/debian12/Packages", b"Package: probe\n")
+    meta = {"format": "deb", "from_the_system": ["libc6", "kmod"]}
+    spec = {"name": "packages/debian12", "version": "Debian 12", "meta": meta}
+    entries = [bundle.describe(str(tmp_path), spec)]
+    assert bundle.write_manifest(str(tmp_path), bundle.manifest_text(entries))
+    entries = bundle.verify(str(tmp_path))[0]
+    assert bundle.sources(entries, installed=lambda name: True)["packages"][0]["name"] == "packages/debian12"
+    with pytest.raises(bundle.BundleError) as e:
+        bundle.sources(entries, installed=lambda name: name != "kmod")
+    assert "packages/debian12 leaves out kmod as part of the OS release" in e.value.msg
+    assert "libc6" not in e.value.msg

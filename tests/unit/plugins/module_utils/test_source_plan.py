@@ -190,7 +190,8 @@ def test_a_source_without_a_have_check_is_always_probed():
 BUNDLE = {"entries": ["git/llama.cpp", "images/llama.cpp", "models/qwen", "packages/debian12"],
           "images": [{"name": "images/llama.cpp", "refs": ["llmops/llama.cpp:0123456789abcdef"]},
                      {"name": "images/cuda-runtime", "refs": ["nvidia/cuda:12.4.1-runtime-ubuntu22.04"]}],
-          "packages": [{"name": "packages/debian12"}]}
+          "packages": [{"name": "packages/debian12", "format": "deb"},
+                       {"name": "packages/centos7", "format": "rpm"}]}
 
 
 @pytest.mark.parametrize("ref, want", [
@@ -210,19 +211,24 @@ def test_the_bundle_stages_package_repositories_images_by_name_and_its_own_entri
         return sp.in_bundle(sp.plan([dict(entry("s", kind, url, "k"), **extra)])[0], BUNDLE)
     assert staged("apt", "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64") \
         == "packages/debian12"
-    assert staged("yum", "https://download.docker.com/linux/centos/7/$basearch/stable") == "packages/debian12"
-    assert staged("image", "registry.lan/nvidia/cuda:12.4.1-runtime-ubuntu22.04@sha256:" + "b" * 64) \
-        == "images/cuda-runtime"
+    assert staged("yum", "https://download.docker.com/linux/centos/7/$basearch/stable") == "packages/centos7"
+    assert staged("image", "registry.lan/nvidia/cuda:12.4.1-runtime-ubuntu22.04") == "images/cuda-runtime"
     assert staged("git", "https://github.com/ggml-org/llama.cpp.git", bundle="llama.cpp") == "git/llama.cpp"
     assert staged("hf", "https://hf-mirror.com", repo="org/qwen", bundle="qwen") == "models/qwen"
     # and the other direction: what the bundle does not hold is probed
     assert staged("image", "nvidia/cuda:12.4.1-devel-ubuntu22.04") is None
+    # pinned by digest: a loaded image has no registry digest, the pull would still go out
+    assert staged("image", "nvidia/cuda:12.4.1-runtime-ubuntu22.04@sha256:" + "b" * 64) is None
+    # the builder image's apt runs inside the image: the node's bundle repositories are not its sources
+    assert staged("apt", "http://archive.ubuntu.com/ubuntu", suite="jammy",
+                  have={"image": "builder:1"}) is None
     assert staged("hf", "https://hf-mirror.com", repo="org/other", bundle="other") is None
     assert staged("pypi", "https://pypi.org/simple", package="vllm") is None
     assert staged("binary", "https://github.com/prometheus/x.tar.gz", bundle="x.tar.gz") is None
     assert sp.in_bundle(sp.plan([entry("s", "apt", "https://x/apt", "k")])[0], {}) is None
-    without_packages = dict(BUNDLE, packages=[])
-    assert sp.in_bundle(sp.plan([entry("s", "apt", "https://x/apt", "k")])[0], without_packages) is None
+    for packages in ([], [{"name": "packages/centos7", "format": "rpm"}]):
+        other = dict(BUNDLE, packages=packages)
+        assert sp.in_bundle(sp.plan([entry("s", "apt", "https://x/apt", "k")])[0], other) is None
 
 
 # --- probes --------------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ def _bundle(tmp_path):
     (root / "models" / "tiny").mkdir(parents=True)
     (root / "models" / "tiny" / "tiny.gguf").write_bytes(b"GGUF" + b"\1" * 4096)
     (root / "git" / "llama.cpp").mkdir(parents=True)
-    (root / "git" / "llama.cpp" / "llama.cpp-x.tar.gz").write_bytes(b"\x1f\x8b" + b"\2" * 512)
+    from tests.unit.plugins.module_utils.test_bundle import git_archive_bytes
+    (root / "git" / "llama.cpp" / "llama.cpp-x.tar.gz").write_bytes(git_archive_bytes("b" * 40))
     return root
 
 
@@ -57,7 +58,7 @@ def test_the_source_probe_leaves_out_what_the_bundle_stages_and_probes_the_rest(
                {"name": "model qwen", "kind": "hf", "url": dead, "repo": "org/qwen", "key": "hf",
                 "bundle": "qwen", "why": "model"}]
     bundle = {"entries": ["models/qwen", "packages/debian12"], "images": [],
-              "packages": [{"name": "packages/debian12"}]}
+              "packages": [{"name": "packages/debian12", "format": "deb"}]}
     r = run_module_file(tmp_path, "source_probe", {"sources": sources, "bundle": bundle, "timeout": 5})
     assert not r.get("failed"), r
     assert [s["state"] for s in r["sources"]] == ["in the bundle (packages/debian12)",
