@@ -101,6 +101,29 @@ def test_fails_fast_with_journal_when_the_process_exited(wait_command, fake_syst
     assert "--since" in out and "-u llama-server-t.service" in out
 
 
+def test_an_empty_journal_is_asked_again_until_the_lines_arrive(wait_command, fake_systemd, server, tmp_path):
+    """journald writes a dead process's last lines a little later on a loaded host: the first answer may be
+    empty ("-- No entries --"); the gate asks again rather than report no cause."""
+    env, state = fake_systemd
+    calls = tmp_path / "journal-calls"
+    lagging = tmp_path / "bin" / "journalctl"
+    lagging.write_text('#!/bin/sh\necho x >> "%s"\n'
+                       'if [ "$(wc -l < "%s")" -lt 3 ]; then echo "-- No entries --"; exit 0; fi\n'
+                       'echo "llama-server-t[42]: error: invalid argument: --no-such-option"\n'
+                       % (calls, calls))
+    state.write_text("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=1\n")
+    Loading.started, Loading.ready_after = time.time(), 3600
+    rc, out, took = run(wait_command, env, "http://127.0.0.1:%d" % server.server_port, timeout=30)
+    assert rc == 1 and "--no-such-option" in out and "No entries" not in out, out
+    assert len(calls.read_text().splitlines()) == 3
+    # a journal that stays empty is reported as such, after a bounded number of tries
+    calls.write_text("")
+    lagging.write_text('#!/bin/sh\necho x >> "%s"\necho "-- No entries --"\n' % calls)
+    rc, out, took = run(wait_command, env, "http://127.0.0.1:%d" % server.server_port, timeout=30)
+    assert rc == 1 and "-- No entries --" in out and took < 15
+    assert len(calls.read_text().splitlines()) == 5
+
+
 def test_times_out_with_last_answer(wait_command, fake_systemd, server):
     env, _ = fake_systemd
     Loading.started, Loading.ready_after = time.time(), 3600

@@ -103,13 +103,22 @@ def unit_state(unit):
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def journal(unit, lines, since):
-    """The unit's last lines since `since` (epoch): this start's, not the previous process's."""
+def journal(unit, lines, since, tries=5, pause=1.0):
+    """The unit's last lines since `since` (epoch): this start's, not the previous process's. journald writes
+    what a process printed a little after it exits (seconds on a loaded host): an empty answer is asked again,
+    a few times, before it is reported as empty."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))   # a format systemd 219 reads
-    proc = subprocess.Popen(["journalctl", "-u", unit, "--since", stamp, "-n", str(lines), "--no-pager",
-                             "-o", "short-iso"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-    return proc.communicate()[0]
+    text = ""
+    for attempt in range(tries):
+        proc = subprocess.Popen(["journalctl", "-u", unit, "--since", stamp, "-n", str(lines), "--no-pager",
+                                 "-o", "short-iso"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+        text = proc.communicate()[0]
+        if "-- No entries --" not in text and text.strip():
+            return text
+        if attempt < tries - 1:
+            time.sleep(pause)
+    return text
 
 
 def dead(state):
