@@ -121,11 +121,16 @@ def _list_tasks():
 
 @pytest.mark.timeout(300)
 def test_the_monitoring_playbook_probes_every_hosts_sources_before_its_first_change():
-    plays = load_yaml(PLAYBOOK)
-    probe_play, server_play, node_play = plays
-    # the probe play covers both plays' hosts, and comes first
+    bundle_import, probe_play, server_play, node_play = load_yaml(PLAYBOOK)
+    plays = [probe_play, server_play, node_play]
+    # an offline bundle is checked first, on the same hosts (playbooks/offline_bundle.yml, tagged bundle)
+    assert bundle_import["ansible.builtin.import_playbook"] == "offline_bundle.yml"
+    assert " ".join(bundle_import["vars"]["llmops_target"].split()) == " ".join(probe_play["hosts"].split())
+    # the probe play covers both plays' hosts, and comes first of the monitoring tag's
     assert " ".join(probe_play["hosts"].split()) == server_play["hosts"] + ":" + node_play["hosts"]
     names, listed = _list_tasks()
+    assert names[0].startswith("Verify the offline bundle before any change")
+    names = names[1:]
     assert names == [p["name"] for p in plays]
     probe = "Probe the sources from the host and refuse the unreachable ones before any change"
     order = [name for _play, name in listed]
@@ -217,3 +222,18 @@ def test_the_mirrors_doc_says_the_monitoring_sources_are_refused_before_any_chan
             assert "`binaries/<archive name>`" in row[3] and "`%s`" % name in row[3], (name, row)
         else:                               # the image's tag as <tag>
             assert "`%s`" % source["bundle"].replace("_3.3.9-3.6.1-ubuntu22.04", "_<tag>") in row[3], row
+
+
+@pytest.mark.timeout(120)
+def test_an_archive_the_offline_bundle_holds_is_taken_from_it_and_the_others_are_not(tmp_path):
+    bundle = {"entries": ["binaries/" + PROMETHEUS, "models/x"], "images": [], "packages": []}
+    entries = sources(tmp_path, EL7, llmops_bundle="/srv/llmops-bundle", llmops_bundle_sources=bundle)
+    by_name = dict((e["name"], e) for e in entries)
+    assert by_name["prometheus 2.54.1"]["url"] == "file:///srv/llmops-bundle/binaries/%s/%s" % (
+        PROMETHEUS, PROMETHEUS)
+    assert by_name["node_exporter 1.5.0"]["url"].startswith("https://github.com/")
+    planned = sp.plan([by_name["prometheus 2.54.1"]])[0]
+    assert sp.in_bundle(planned, bundle) == "binaries/" + PROMETHEUS
+    # without a bundle, both from the release URLs
+    entries = sources(tmp_path, EL7)
+    assert all(e["url"].startswith("https://") for e in entries)
