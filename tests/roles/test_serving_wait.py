@@ -108,9 +108,11 @@ def test_an_empty_journal_is_asked_again_until_the_lines_arrive(wait_command, fa
     calls = tmp_path / "journal-calls"
     lagging = tmp_path / "bin" / "journalctl"
     lagging.write_text('#!/bin/sh\necho x >> "%s"\n'
-                       'if [ "$(wc -l < "%s")" -lt 3 ]; then echo "-- No entries --"; exit 0; fi\n'
+                       'if [ "$(wc -l < "%s")" -lt 2 ]; then echo "-- No entries --"; exit 0; fi\n'
+                       'if [ "$(wc -l < "%s")" -lt 3 ]; then\n'
+                       '  echo "t systemd[1]: t.service: Scheduled restart job"; exit 0; fi\n'
                        'echo "llama-server-t[42]: error: invalid argument: --no-such-option"\n'
-                       % (calls, calls))
+                       % (calls, calls, calls))
     state.write_text("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=1\n")
     Loading.started, Loading.ready_after = time.time(), 3600
     rc, out, took = run(wait_command, env, "http://127.0.0.1:%d" % server.server_port, timeout=30)

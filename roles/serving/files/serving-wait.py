@@ -105,8 +105,9 @@ def unit_state(unit):
 
 def journal(unit, lines, since, tries=5, pause=1.0):
     """The unit's last lines since `since` (epoch): this start's, not the previous process's. journald writes
-    what a process printed a little after it exits (seconds on a loaded host): an empty answer is asked again,
-    a few times, before it is reported as empty."""
+    what a process printed a little after it exits (seconds on a loaded host): an answer with no line of the
+    process's own (empty, or systemd's restart lines only) is asked again, a few times, before it is
+    reported as it is."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))   # a format systemd 219 reads
     text = ""
     for attempt in range(tries):
@@ -114,7 +115,9 @@ def journal(unit, lines, since, tries=5, pause=1.0):
                                  "-o", "short-iso"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
         text = proc.communicate()[0]
-        if "-- No entries --" not in text and text.strip():
+        # the process's own lines, not only systemd's (Scheduled restart, Stopped, Starting)
+        if any(line.strip() and not line.startswith("-- ") and " systemd[1]: " not in line
+               for line in text.splitlines()):
             return text
         if attempt < tries - 1:
             time.sleep(pause)

@@ -28,26 +28,38 @@ def _bench(fake, runs, **kwargs):
 
 # --- metrics from controlled delays ----------------------------------------------------------------------
 
+def _timings_match(run):
+    """The timed figures against the fake's known rates (a descheduled client on a loaded machine misses now
+    and then; a miscount or a wrong clock misses every time)."""
+    return (run["ttft_s"]["mean"] == pytest.approx(0.2, abs=0.05)          # 200 tokens at 1000 tok/s
+            and run["prefill_tps"] == pytest.approx(1000.0, rel=0.2)
+            and run["decode_tps"] == pytest.approx(50.0, rel=0.1)
+            and run["server_decode_tps"] == pytest.approx(50.0, rel=0.1)
+            and run["server_prefill_tps"] == pytest.approx(1000.0, rel=0.2)
+            # two requests of ~0.2 + 25/50 s one after the other
+            and run["wall_s"] == pytest.approx(1.4, abs=0.3))
+
+
 def test_figures_match_the_servers_known_rates():
-    with FakeOpenAI(decode_tps=50.0, prefill_tps=1000.0, prompt_overhead=12) as fake:
-        result = _bench(fake, [{"prompt_tokens": 200, "max_tokens": 26, "concurrency": 1, "requests": 2}])
-    run = result["runs"][0]
-    assert (run["ok"], run["errors"], run["error_messages"]) == (2, 0, [])
-    # the fake counts one token per word: the calibration is exact, so is the prompt length
-    # the fake counts words: its 12 template words + the frame (Request, the 12 id words, 5 closing words)
-    assert result["calibration"] == {"tokens_per_word": 1.0, "overhead_tokens": 30.0}
-    assert run["prompt_tokens"] == 200 and run["completion_tokens"] == 26
-    assert run["cached_prompt_tokens"] == 0
-    assert run["ttft_s"]["mean"] == pytest.approx(0.2, abs=0.05)          # 200 tokens at 1000 tok/s
-    assert run["ttft_s"]["p50"] <= run["ttft_s"]["p90"] <= run["ttft_s"]["max"]
-    assert run["prefill_tps"] == pytest.approx(1000.0, rel=0.2)
-    assert run["decode_tps"] == pytest.approx(50.0, rel=0.1)
-    assert run["server_decode_tps"] == pytest.approx(50.0, rel=0.1)
-    assert run["server_prefill_tps"] == pytest.approx(1000.0, rel=0.2)
-    assert run["draft_acceptance"] is None
-    # two requests of ~0.2 + 25/50 s one after the other
-    assert run["wall_s"] == pytest.approx(1.4, abs=0.3)
-    assert run["decode_tps_total"] == pytest.approx(52 / run["wall_s"], rel=0.01)
+    timed = []
+    for _attempt in range(3):   # the best of three for the timed figures; the counts must hold every time
+        with FakeOpenAI(decode_tps=50.0, prefill_tps=1000.0, prompt_overhead=12) as fake:
+            result = _bench(fake, [{"prompt_tokens": 200, "max_tokens": 26, "concurrency": 1, "requests": 2}])
+        run = result["runs"][0]
+        assert (run["ok"], run["errors"], run["error_messages"]) == (2, 0, [])
+        # the fake counts one token per word: the calibration is exact, so is the prompt length
+        # the fake counts words: its 12 template words + the frame (Request, the 12 id words, 5 closing words)
+        assert result["calibration"] == {"tokens_per_word": 1.0, "overhead_tokens": 30.0}
+        assert run["prompt_tokens"] == 200 and run["completion_tokens"] == 26
+        assert run["cached_prompt_tokens"] == 0
+        assert run["ttft_s"]["p50"] <= run["ttft_s"]["p90"] <= run["ttft_s"]["max"]
+        assert run["draft_acceptance"] is None
+        assert run["decode_tps_total"] == pytest.approx(52 / run["wall_s"], rel=0.01)
+        timed.append((run["ttft_s"]["mean"], run["prefill_tps"], run["decode_tps"], run["wall_s"]))
+        if _timings_match(run):
+            break
+    else:
+        raise AssertionError("timed figures off in three runs (ttft, prefill, decode, wall): %s" % timed)
     summary = result["summary"]
     assert summary["decode_tps"] == run["decode_tps"]
     assert summary["decode_tps_agreement"] == pytest.approx(1.0, abs=0.05)
