@@ -307,10 +307,7 @@ def repository_and_tag(reference):
     """``registry.lan:5000/nvidia/cuda:12.4.1-runtime-ubuntu22.04@sha256:..`` -> ``nvidia/cuda:12.4.1-runtime-
     ubuntu22.04``: what names an image whichever registry serves it (``:latest`` when the reference has no
     tag)."""
-    ref = reference.split("@", 1)[0]
-    host = registry_host(ref)
-    if host:
-        ref = ref[len(host) + 1:]
+    ref = without_registry(reference.split("@", 1)[0])
     if ":" not in ref.rsplit("/", 1)[-1]:
         ref += ":latest"
     return ref
